@@ -1,0 +1,15 @@
+"""fanloop: an async-first agent framework."""
+
+from ._result import RunResult, TerminationReason
+from ._retry import RetryPolicy
+from .limits import Limits
+from .observers import (
+    ConsoleObserver,
+    GuardedObserver,
+    Hooks,
+    LoopObserver,
+    MultiObserver,
+    NullObserver,
+    guarded,
+)
+from .tools.base import RunContext, Tool, ToolResult, tool

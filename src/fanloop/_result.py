@@ -1,0 +1,86 @@
+"""How a run ended: :class:`TerminationReason` and :class:`RunResult`."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .messages import Message
+from .providers._types import Usage
+
+__all__ = ["RunResult", "TerminationReason"]
+
+
+class TerminationReason(StrEnum):
+    """Why a run ended. Every run ends with exactly one; ``unknown`` never on a healthy path."""
+
+    COMPLETED = "completed"
+    MAX_TURNS = "max_turns"
+    DEADLINE = "deadline"
+    TOKEN_BUDGET = "token_budget"
+    COST_BUDGET = "cost_budget"
+    TOOL_CALL_BUDGET = "tool_call_budget"
+    MODEL_REFUSAL = "model_refusal"
+    MAX_TOKENS = "max_tokens"
+    CONTEXT_EXHAUSTED = "context_exhausted"
+    STALLED = "stalled"
+    CANCELLED = "cancelled"
+    PROVIDER_ERROR = "provider_error"
+    EFFECT_OUTCOME_UNCERTAIN = "effect_outcome_uncertain"
+    UNKNOWN = "unknown"
+
+    # lower-case aliases, so ``TerminationReason.max_turns == "max_turns"`` reads as in the docs
+    completed = "completed"
+    max_turns = "max_turns"
+    deadline = "deadline"
+    token_budget = "token_budget"
+    cost_budget = "cost_budget"
+    tool_call_budget = "tool_call_budget"
+    model_refusal = "model_refusal"
+    max_tokens = "max_tokens"
+    context_exhausted = "context_exhausted"
+    stalled = "stalled"
+    cancelled = "cancelled"
+    provider_error = "provider_error"
+    effect_outcome_uncertain = "effect_outcome_uncertain"
+    unknown = "unknown"
+
+
+class RunResult(BaseModel):
+    """The outcome of one run.
+
+    Attributes:
+        text: the final answer (for a refusal, an honest sentence naming the category).
+        messages: the whole conversation, including what the run added.
+        usage: tokens spent by the run, sub-agents included.
+        turns: model rounds taken.
+        elapsed: wall-clock seconds.
+        termination_reason: how the run ended.
+        run_id: the run's id.
+        new_message_index: ``messages[new_message_index:]`` is what this run added.
+        tool_calls: tool calls handled by the run.
+        cost_usd: estimated cost from the model price table (``None`` if the model is unknown).
+        detail: a human-readable note on why the run ended, when it did not complete.
+    """
+
+    model_config = ConfigDict(frozen=True)
+    text: str = ""
+    messages: tuple[Message, ...] = ()
+    usage: Usage = Field(default_factory=Usage)
+    turns: int = 0
+    elapsed: float = 0.0
+    termination_reason: TerminationReason = TerminationReason.UNKNOWN
+    run_id: str = ""
+    new_message_index: int = 0
+    tool_calls: int = 0
+    cost_usd: float | None = None
+    detail: str | None = None
+
+    @property
+    def new_messages(self) -> tuple[Message, ...]:
+        """The messages this run added to the conversation."""
+        return self.messages[self.new_message_index :]
+
+    def __str__(self) -> str:
+        return self.text

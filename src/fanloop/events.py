@@ -1,0 +1,320 @@
+"""The typed events of a run.
+
+One stream of events feeds every consumer: ``agent.stream()`` iterates them, observers and
+hooks are called from them. Each event class has a ``kind`` string that names it (a text delta
+has ``kind == "text_delta"`` and its chunk in ``.text``) and two lineage fields: ``agent_path``,
+the names from the root agent down to the agent that emitted it, and ``parent_call_id``, the id
+of the tool call that delegated to that agent (``None`` at the root).
+
+The first four kinds (text, thinking and tool-call deltas) are also what a streaming provider
+yields before its final :class:`~fanloop.providers.ModelResponse`.
+
+Events are plain slotted dataclasses: cheap to make, one per streamed delta. ``to_dict()``
+gives a JSON-ready form.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
+
+from .messages import Message, ToolCallPart, ToolResultPart
+
+if TYPE_CHECKING:
+    from ._result import RunResult
+    from .providers._types import ModelRequest, ModelResponse, Usage
+
+__all__ = [
+    "ApprovalRequested",
+    "ApprovalResolved",
+    "BudgetKind",
+    "BudgetWarning",
+    "CompactionFinished",
+    "CompactionStarted",
+    "ContextUsage",
+    "Event",
+    "MessageAppended",
+    "ModelFailed",
+    "RequestStarted",
+    "ResponseCompleted",
+    "RetryScheduled",
+    "RunFinished",
+    "RunStarted",
+    "StallDetected",
+    "StreamDelta",
+    "TextDelta",
+    "ThinkingDelta",
+    "ToolCallDelta",
+    "ToolCallStarted",
+    "ToolFinished",
+    "ToolStarted",
+    "UsageUpdated",
+]
+
+BudgetKind: TypeAlias = Literal[
+    "turns", "deadline", "input_tokens", "output_tokens", "total_tokens", "cost", "tool_calls"
+]
+
+
+@dataclass(slots=True, kw_only=True)
+class _Event:
+    kind: ClassVar[str]
+    agent_path: tuple[str, ...] = ()
+    parent_call_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of this event (pydantic models are dumped in JSON mode)."""
+        out: dict[str, Any] = {"kind": self.kind}
+        for f in dataclasses.fields(self):
+            out[f.name] = _jsonable(getattr(self, f.name))
+        return out
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if isinstance(value, BaseException):
+        return {"type": type(value).__name__, "message": str(value)}
+    if isinstance(value, tuple | list):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+# -- deltas: what a streaming provider yields, re-emitted by the loop ------------------------
+
+
+@dataclass(slots=True)
+class TextDelta(_Event):
+    """A chunk of the answer's text, as it arrives."""
+
+    kind: ClassVar[str] = "text_delta"
+    text: str
+
+
+@dataclass(slots=True)
+class ThinkingDelta(_Event):
+    """A chunk of the model's reasoning; ``signature`` set when the provider sends one."""
+
+    kind: ClassVar[str] = "thinking_delta"
+    text: str
+    signature: str | None = None
+
+
+@dataclass(slots=True)
+class ToolCallStarted(_Event):
+    """A tool call began streaming; its arguments follow as :class:`ToolCallDelta`."""
+
+    kind: ClassVar[str] = "tool_call_started"
+    call_id: str
+    name: str
+    index: int = 0
+
+
+@dataclass(slots=True)
+class ToolCallDelta(_Event):
+    """A fragment of a streaming tool call's JSON arguments."""
+
+    kind: ClassVar[str] = "tool_call_delta"
+    call_id: str
+    arguments_delta: str
+    index: int = 0
+
+
+StreamDelta: TypeAlias = TextDelta | ThinkingDelta | ToolCallStarted | ToolCallDelta
+
+
+# -- the run ----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class RunStarted(_Event):
+    """A run began."""
+
+    kind: ClassVar[str] = "run_started"
+    run_id: str
+    agent_name: str
+    model: str
+
+
+@dataclass(slots=True)
+class RunFinished(_Event):
+    """A run ended; ``result.termination_reason`` says how."""
+
+    kind: ClassVar[str] = "run_finished"
+    result: RunResult
+    error: BaseException | None = None
+
+
+@dataclass(slots=True)
+class RequestStarted(_Event):
+    """A model request is about to be sent (``attempt`` counts from 1)."""
+
+    kind: ClassVar[str] = "request_started"
+    request: ModelRequest
+    turn: int
+    attempt: int = 1
+
+
+@dataclass(slots=True)
+class ResponseCompleted(_Event):
+    """A model response arrived whole."""
+
+    kind: ClassVar[str] = "response_completed"
+    response: ModelResponse
+    turn: int
+
+
+@dataclass(slots=True)
+class RetryScheduled(_Event):
+    """A model call failed and will be retried after ``delay`` seconds.
+
+    ``attempt`` is the number of the attempt that failed (from 1). ``discard_partial`` is true
+    when deltas of the failed attempt were already emitted: consumers should drop them.
+    """
+
+    kind: ClassVar[str] = "retry_scheduled"
+    attempt: int
+    delay: float
+    error: Exception
+    discard_partial: bool = False
+
+
+@dataclass(slots=True)
+class ModelFailed(_Event):
+    """A model call failed for good, after ``attempts`` attempts."""
+
+    kind: ClassVar[str] = "model_failed"
+    error: Exception
+    attempts: int
+
+
+@dataclass(slots=True)
+class UsageUpdated(_Event):
+    """Token usage after a model call: this turn's, the run's total, seconds since start."""
+
+    kind: ClassVar[str] = "usage_updated"
+    turn_usage: Usage
+    total_usage: Usage
+    elapsed: float
+
+
+@dataclass(slots=True)
+class ContextUsage(_Event):
+    """How much of the model's context window the conversation fills (``limit`` 0: unknown)."""
+
+    kind: ClassVar[str] = "context_usage"
+    used: int
+    limit: int
+
+
+@dataclass(slots=True)
+class CompactionStarted(_Event):
+    """Older history is about to be compacted into a summary."""
+
+    kind: ClassVar[str] = "compaction_started"
+    message_count: int
+
+
+@dataclass(slots=True)
+class CompactionFinished(_Event):
+    """History was compacted from ``before_count`` to ``after_count`` messages."""
+
+    kind: ClassVar[str] = "compaction_finished"
+    before_count: int
+    after_count: int
+
+
+@dataclass(slots=True)
+class BudgetWarning(_Event):
+    """A limit is close: ``used`` of ``limit`` has been spent (at the ``warn_at`` share)."""
+
+    kind: ClassVar[str] = "budget_warning"
+    budget: BudgetKind
+    used: float
+    limit: float
+
+
+@dataclass(slots=True)
+class StallDetected(_Event):
+    """The same tool was called with the same arguments ``count`` times in a row."""
+
+    kind: ClassVar[str] = "stall_detected"
+    tool_name: str
+    count: int
+
+
+# -- tools ------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ApprovalRequested(_Event):
+    """A dangerous call waits at the confirmation gate; ``preview`` is what the user sees."""
+
+    kind: ClassVar[str] = "approval_requested"
+    call: ToolCallPart
+    preview: str
+
+
+@dataclass(slots=True)
+class ApprovalResolved(_Event):
+    """The gate answered; ``reason`` is what the model is told when declined."""
+
+    kind: ClassVar[str] = "approval_resolved"
+    call: ToolCallPart
+    approved: bool
+    reason: str | None = None
+
+
+@dataclass(slots=True)
+class ToolStarted(_Event):
+    """A tool call is being handled (also sent for unknown tools and invalid arguments)."""
+
+    kind: ClassVar[str] = "tool_started"
+    call: ToolCallPart
+
+
+@dataclass(slots=True)
+class ToolFinished(_Event):
+    """A tool call produced its result (possibly an error result) after ``duration`` s."""
+
+    kind: ClassVar[str] = "tool_finished"
+    call: ToolCallPart
+    result: ToolResultPart
+    duration: float = 0.0
+
+
+@dataclass(slots=True)
+class MessageAppended(_Event):
+    """A message joined the conversation at position ``index`` (and was persisted)."""
+
+    kind: ClassVar[str] = "message_appended"
+    message: Message
+    index: int
+
+
+Event: TypeAlias = (
+    TextDelta
+    | ThinkingDelta
+    | ToolCallStarted
+    | ToolCallDelta
+    | RunStarted
+    | RunFinished
+    | RequestStarted
+    | ResponseCompleted
+    | RetryScheduled
+    | ModelFailed
+    | UsageUpdated
+    | ContextUsage
+    | CompactionStarted
+    | CompactionFinished
+    | BudgetWarning
+    | StallDetected
+    | ApprovalRequested
+    | ApprovalResolved
+    | ToolStarted
+    | ToolFinished
+    | MessageAppended
+)

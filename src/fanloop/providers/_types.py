@@ -1,0 +1,142 @@
+"""The provider-independent request, response and usage types."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..messages import Message, Origin, Part, TextPart, ThinkingPart, ToolCallPart
+
+__all__ = [
+    "HostedTool",
+    "ModelRequest",
+    "ModelResponse",
+    "StopReason",
+    "ToolSpec",
+    "Usage",
+]
+
+
+class StopReason(StrEnum):
+    """Why the model stopped, normalised across providers.
+
+    The provider's own value is kept in ``ModelResponse.raw_stop_reason``.
+    """
+
+    END_TURN = "end_turn"
+    TOOL_USE = "tool_use"
+    MAX_TOKENS = "max_tokens"
+    STOP_SEQUENCE = "stop_sequence"
+    REFUSAL = "refusal"
+    PAUSED = "paused"
+    UNKNOWN = "unknown"
+
+
+class Usage(BaseModel):
+    """Token counts. ``input_tokens`` excludes cache reads and writes."""
+
+    model_config = ConfigDict(frozen=True)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage.model_construct(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+        )
+
+    @property
+    def total_input_tokens(self) -> int:
+        """Input tokens including cache reads and writes: the prompt the model saw."""
+        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+
+    @property
+    def total_tokens(self) -> int:
+        """All input (cached or not) plus output tokens."""
+        return self.total_input_tokens + self.output_tokens
+
+
+class ToolSpec(BaseModel):
+    """A tool as the model sees it: name, description and JSON schema of its arguments."""
+
+    model_config = ConfigDict(frozen=True)
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+class HostedTool(BaseModel):
+    """A tool the provider runs on its side (e.g. ``HostedTool("web_search")``).
+
+    A provider declares which kinds it supports in a ``hosted_tools`` attribute (a frozenset of
+    kinds); ``Agent`` rejects hosted tools the provider does not support.
+    """
+
+    model_config = ConfigDict(frozen=True)
+    kind: str
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    def __init__(self, kind: str | None = None, /, **data: Any) -> None:
+        if kind is not None:
+            data["kind"] = kind
+        super().__init__(**data)
+
+
+class ModelRequest(BaseModel):
+    """Everything a provider needs for one model call."""
+
+    model_config = ConfigDict(frozen=True)
+    system: str | None = None
+    messages: tuple[Message, ...] = ()
+    tools: tuple[ToolSpec, ...] = ()
+    max_tokens: int = 4096
+    temperature: float | None = None
+    stop_sequences: tuple[str, ...] = ()
+    thinking_budget: int | None = None
+    hosted_tools: tuple[HostedTool, ...] = ()
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+class ModelResponse(BaseModel):
+    """One finished model turn.
+
+    ``content`` may be empty only when ``stop_reason`` is ``MAX_TOKENS``. A response holding a
+    :class:`~fanloop.messages.ToolCallPart` uses ``TOOL_USE`` unless it was cut off at
+    ``MAX_TOKENS``. ``stop_details`` carries provider detail such as a refusal's ``category``.
+    """
+
+    model_config = ConfigDict(frozen=True)
+    content: tuple[Part, ...] = ()
+    stop_reason: StopReason = StopReason.END_TURN
+    usage: Usage = Field(default_factory=Usage)
+    model: str = ""
+    provider: str = ""
+    raw_stop_reason: str | None = None
+    origin: Origin | None = None
+    stop_details: dict[str, Any] | None = None
+    response_id: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The concatenated text parts."""
+        return "".join(p.text for p in self.content if isinstance(p, TextPart))
+
+    @property
+    def thinking(self) -> str:
+        """The concatenated thinking parts."""
+        return "".join(p.text for p in self.content if isinstance(p, ThinkingPart))
+
+    @property
+    def tool_calls(self) -> tuple[ToolCallPart, ...]:
+        """The tool calls the model asked for, in order."""
+        return tuple(p for p in self.content if isinstance(p, ToolCallPart))
+
+    def to_message(self) -> Message:
+        """This turn as an assistant message of the conversation."""
+        return Message.model_construct(role="assistant", content=self.content, origin=self.origin)

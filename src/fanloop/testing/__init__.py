@@ -1,0 +1,27 @@
+"""Test doubles for fanloop and for applications built on it.
+
+- :class:`ScriptedProvider` plays scripted turns at the model seam (no HTTP).
+- :class:`FakeLLMServer` is a real HTTP server on 127.0.0.1 that speaks the Anthropic Messages
+  and OpenAI Chat Completions wire formats, for testing the real SDK code paths.
+- :func:`reply`, :func:`call` and :class:`Fault` build scripted turns and injected failures.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ._script import Fault, call, reply
+from ._scripted import ScriptedProvider
+
+if TYPE_CHECKING:
+    from ._server import FakeLLMServer
+
+__all__ = ["FakeLLMServer", "Fault", "ScriptedProvider", "call", "reply"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "FakeLLMServer":
+        from ._server import FakeLLMServer
+
+        return FakeLLMServer
+    raise AttributeError(name)

@@ -1,0 +1,396 @@
+"""Tools: the :class:`Tool` base class, :class:`ToolResult`, and the :func:`tool` decorator.
+
+A tool is anything the model can ask to run. Subclass :class:`Tool` for full control, or
+decorate a function with :func:`tool` to get the JSON schema and argument validation from its
+type hints and docstring::
+
+    @tool
+    async def search(query: str, limit: int = 10) -> str:
+        \"\"\"Search the index.
+
+        Args:
+            query: What to look for.
+            limit: How many hits to return.
+        \"\"\"
+        ...
+
+A tool's ``run`` may be ``async def`` or plain ``def``; plain functions run in a bounded pool
+of worker threads so they never block the event loop.
+
+A function tool whose first parameter is annotated :class:`RunContext` receives the context of
+the run that called it (the user's ``deps``, the run id, the call); a :class:`Tool` subclass
+can read the same with :func:`current_context`.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, get_type_hints, overload
+
+import pydantic
+
+from ..errors import ConfigurationError, ToolError
+from ..providers._types import ToolSpec
+
+if TYPE_CHECKING:
+    from ..messages import ToolCallPart
+
+__all__ = [
+    "FunctionTool",
+    "RunContext",
+    "Tool",
+    "ToolResult",
+    "current_context",
+    "tool",
+]
+
+DepsT = TypeVar("DepsT")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """What a tool hands back to the model.
+
+    Attributes:
+        content: the text the model reads.
+        is_error: the call failed; the model should correct itself or give up.
+        metadata: extra data for the application (not sent to the model).
+    """
+
+    content: str
+    is_error: bool = False
+    metadata: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunContext(Generic[DepsT]):
+    """The context of the run a tool call belongs to.
+
+    Attributes:
+        deps: the object passed as ``agent.run(..., deps=...)``.
+        run_id: the run's id.
+        agent_path: the agents from the root down to the one calling this tool.
+        call: the tool call being handled.
+        depth: 0 for the root agent, 1 for its sub-agents, and so on.
+    """
+
+    deps: DepsT
+    run_id: str
+    agent_path: tuple[str, ...]
+    call: ToolCallPart
+    depth: int = 0
+    _run: Any = field(default=None, repr=False, compare=False)
+
+
+_current: contextvars.ContextVar[RunContext[Any]] = contextvars.ContextVar("fanloop_tool_context")
+
+
+def current_context() -> RunContext[Any]:
+    """The :class:`RunContext` of the tool call running in this task.
+
+    Raises:
+        LookupError: called outside a tool call.
+    """
+    return _current.get()
+
+
+class Tool(ABC):
+    """Base class of every tool.
+
+    Class attributes (or instance attributes set in ``__init__``):
+        name: what the model calls the tool.
+        description: what the tool does, for the model.
+        parameters: the JSON schema of the arguments (an ``object`` schema).
+        dangerous: the call waits at the confirmation gate and runs alone.
+        concurrent_safe: several calls of this tool in one turn may overlap.
+        timeout: seconds after which a call becomes an error result.
+        max_concurrency: cap on calls of this tool running at once, across runs of one agent.
+        concurrency_key: calls of every tool with the same key share the agent's keyed limit
+            (see ``Agent(concurrency_limits=...)``), across runs and sub-agents.
+    """
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = {"type": "object", "properties": {}}  # noqa: RUF012
+    dangerous: bool = False
+    concurrent_safe: bool = False
+    timeout: float | None = None
+    max_concurrency: int | None = None
+    concurrency_key: str | None = None
+
+    _JSON_TYPES: ClassVar[dict[str, tuple[type, ...]]] = {
+        "string": (str,),
+        "integer": (int,),
+        "number": (int, float),
+        "boolean": (bool,),
+        "array": (list, tuple),
+        "object": (dict,),
+        "null": (type(None),),
+    }
+
+    def schema(self) -> dict[str, Any]:
+        """The tool as the model sees it: ``name``, ``description`` and ``parameters``."""
+        return {"name": self.name, "description": self.description, "parameters": self.parameters}
+
+    def spec(self) -> ToolSpec:
+        """The provider-independent :class:`~fanloop.providers.ToolSpec` of this tool."""
+        return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
+
+    def preview(self, **kwargs: Any) -> str:
+        """What the confirmation gate shows before a dangerous call: ``name(arg=value, ...)``."""
+        args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+        return f"{self.name}({args})"
+
+    def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """Check ``arguments`` against ``parameters`` and return the keyword arguments for run.
+
+        The default checks required and unknown properties and top-level JSON types; override
+        it for more. Raise :class:`~fanloop.errors.ToolError` with a message the model can act on.
+        """
+        schema = self.parameters
+        props: Mapping[str, Any] = schema.get("properties", {})
+        problems: list[str] = []
+        for key in schema.get("required", ()):
+            if key not in arguments:
+                problems.append(f"missing required argument {key!r}")
+        if schema.get("additionalProperties") is False:
+            for key in arguments:
+                if key not in props:
+                    problems.append(f"unknown argument {key!r}")
+        for key, value in arguments.items():
+            expected = props.get(key, {}).get("type")
+            if expected is None:
+                continue
+            names = expected if isinstance(expected, list) else [expected]
+            types = tuple(t for n in names for t in self._JSON_TYPES.get(n, (object,)))
+            ok = isinstance(value, types) and not (
+                isinstance(value, bool) and "boolean" not in names
+            )
+            if not ok:
+                problems.append(f"argument {key!r} must be {' or '.join(names)}, got {value!r}")
+        if problems:
+            allowed = ", ".join(props) or "none"
+            raise ToolError(
+                f"Invalid arguments for tool {self.name!r}: {'; '.join(problems)}. "
+                f"Accepted arguments: {allowed}."
+            )
+        return dict(arguments)
+
+    @abstractmethod
+    def run(self, **kwargs: Any) -> Awaitable[ToolResult | str] | ToolResult | str:
+        """Do the work. ``async def`` or plain ``def`` (which runs in a worker thread)."""
+
+    def __repr__(self) -> str:
+        flags = [f for f in ("dangerous", "concurrent_safe") if getattr(self, f)]
+        return f"<{type(self).__name__} {self.name!r}{' ' + ' '.join(flags) if flags else ''}>"
+
+
+def to_result(value: Any) -> ToolResult:
+    """Turn whatever a tool returned into a :class:`ToolResult`."""
+    if isinstance(value, ToolResult):
+        return value
+    if isinstance(value, str):
+        return ToolResult(value)
+    if value is None:
+        return ToolResult("")
+    if isinstance(value, pydantic.BaseModel):
+        return ToolResult(value.model_dump_json())
+    try:
+        return ToolResult(json.dumps(value, default=str, ensure_ascii=False))
+    except (TypeError, ValueError):
+        return ToolResult(str(value))
+
+
+def _doc_sections(doc: str) -> tuple[str, dict[str, str]]:
+    """Split a Google-style docstring into its summary and the ``Args:`` descriptions."""
+    doc = inspect.cleandoc(doc)
+    summary_lines: list[str] = []
+    args: dict[str, str] = {}
+    section = "summary"
+    current: str | None = None
+    for line in doc.splitlines():
+        stripped = line.strip()
+        if stripped in ("Args:", "Arguments:", "Parameters:"):
+            section = "args"
+            continue
+        if stripped.endswith(":") and not line.startswith(" ") and stripped[:-1].isalpha():
+            section = "other"
+            continue
+        if section == "summary":
+            summary_lines.append(line)
+        elif section == "args" and stripped:
+            indent = len(line) - len(line.lstrip())
+            name, sep, text = stripped.partition(":")
+            name = name.split("(")[0].strip()
+            if sep and indent <= 4 and name.isidentifier():
+                current = name
+                args[current] = text.strip()
+            elif current is not None:
+                args[current] = f"{args[current]} {stripped}".strip()
+    return "\n".join(summary_lines).strip(), args
+
+
+def _strip_titles(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        return {k: _strip_titles(v) for k, v in schema.items() if k != "title"}
+    if isinstance(schema, list):
+        return [_strip_titles(v) for v in schema]
+    return schema
+
+
+class FunctionTool(Tool):
+    """A tool made from a function by :func:`tool`. Calling it calls the function."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        dangerous: bool = False,
+        concurrent_safe: bool = False,
+        timeout: float | None = None,
+        max_concurrency: int | None = None,
+        concurrency_key: str | None = None,
+        preview: Callable[..., str] | None = None,
+    ) -> None:
+        self.fn = fn
+        self.name = name or fn.__name__
+        summary, arg_docs = _doc_sections(fn.__doc__ or "")
+        self.description = description if description is not None else summary
+        self.dangerous = dangerous
+        self.concurrent_safe = concurrent_safe
+        self.timeout = timeout
+        self.max_concurrency = max_concurrency
+        self.concurrency_key = concurrency_key
+        self._preview = preview
+        self.is_async = inspect.iscoroutinefunction(fn)
+
+        try:
+            hints = get_type_hints(fn, include_extras=True)
+        except NameError as exc:
+            raise ConfigurationError(
+                f"tool {self.name!r}: cannot resolve type hints: {exc}"
+            ) from exc
+        params = list(inspect.signature(fn).parameters.values())
+        self.takes_context = bool(params) and _is_run_context(hints.get(params[0].name))
+        if self.takes_context:
+            params = params[1:]
+        fields: dict[str, Any] = {}
+        for p in params:
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                raise ConfigurationError(f"tool {self.name!r}: *args/**kwargs are not supported")
+            annotation = hints.get(p.name, Any)
+            default = ... if p.default is p.empty else p.default
+            fields[p.name] = (
+                annotation,
+                pydantic.Field(default, description=arg_docs.get(p.name)),
+            )
+        self._model = pydantic.create_model(  # type: ignore[call-overload]
+            f"{self.name}_arguments",
+            __config__=pydantic.ConfigDict(extra="forbid"),
+            **fields,
+        )
+        self.parameters = _strip_titles(self._model.model_json_schema())
+        self._fields = tuple(fields)
+
+    def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            model = self._model.model_validate(arguments)
+        except pydantic.ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(x) for x in err['loc']) or 'arguments'}: {err['msg']}"
+                for err in exc.errors(include_url=False)
+            )
+            raise ToolError(
+                f"Invalid arguments for tool {self.name!r}: {problems}. "
+                f"Expected schema: {json.dumps(self.parameters)}"
+            ) from None
+        return {name: getattr(model, name) for name in self._fields}
+
+    def preview(self, **kwargs: Any) -> str:
+        if self._preview is not None:
+            return self._preview(**kwargs)
+        return super().preview(**kwargs)
+
+    def run(self, **kwargs: Any) -> Any:
+        if self.takes_context:
+            return self.fn(current_context(), **kwargs)
+        return self.fn(**kwargs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+
+def _is_run_context(annotation: Any) -> bool:
+    origin = getattr(annotation, "__origin__", annotation)
+    return origin is RunContext
+
+
+@overload
+def tool(fn: Callable[..., Any], /) -> FunctionTool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    dangerous: bool = False,
+    concurrent_safe: bool = False,
+    timeout: float | None = None,
+    max_concurrency: int | None = None,
+    concurrency_key: str | None = None,
+    preview: Callable[..., str] | None = None,
+) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    dangerous: bool = False,
+    concurrent_safe: bool = False,
+    timeout: float | None = None,
+    max_concurrency: int | None = None,
+    concurrency_key: str | None = None,
+    preview: Callable[..., str] | None = None,
+) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
+    """Make a :class:`Tool` from a function; use bare (``@tool``) or with options.
+
+    The JSON schema comes from the type hints (through pydantic), the description from the
+    docstring's summary and each argument's description from its ``Args:`` section.
+
+    Args:
+        fn: the function (when used bare).
+        name: the tool's name; defaults to the function's.
+        description: overrides the docstring summary.
+        dangerous: put calls behind the confirmation gate.
+        concurrent_safe: let several calls of this tool in one turn overlap.
+        timeout: seconds before a call becomes an error result.
+        max_concurrency: cap on calls running at once.
+        concurrency_key: share a keyed concurrency limit with other tools.
+        preview: a function of the arguments giving the confirmation text.
+    """
+
+    def wrap(f: Callable[..., Any]) -> FunctionTool:
+        return FunctionTool(
+            f,
+            name=name,
+            description=description,
+            dangerous=dangerous,
+            concurrent_safe=concurrent_safe,
+            timeout=timeout,
+            max_concurrency=max_concurrency,
+            concurrency_key=concurrency_key,
+            preview=preview,
+        )
+
+    return wrap(fn) if fn is not None else wrap

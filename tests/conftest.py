@@ -1,0 +1,3 @@
+"""Shared fixtures for fanloop's own tests."""
+
+from __future__ import annotations
