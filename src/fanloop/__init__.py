@@ -13,3 +13,21 @@ from .observers import (
     guarded,
 )
 from .tools.base import RunContext, Tool, ToolResult, tool
+
+__all__ = [
+    "ConsoleObserver",
+    "GuardedObserver",
+    "Hooks",
+    "Limits",
+    "LoopObserver",
+    "MultiObserver",
+    "NullObserver",
+    "RetryPolicy",
+    "RunContext",
+    "RunResult",
+    "TerminationReason",
+    "Tool",
+    "ToolResult",
+    "guarded",
+    "tool",
+]

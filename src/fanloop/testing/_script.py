@@ -75,9 +75,9 @@ class Fault:
     retry_after_ms: float | None = None
     error_type: str | None = None
     message: str = "injected fault"
-    stream_error: bool = False
+    error_in_stream: bool = False
     drop_connection: bool = False
-    truncate: bool = False
+    cut_before_end: bool = False
     after_events: int = 2
     delay: float = 0.0
     then: ModelResponse | None = None
@@ -110,7 +110,9 @@ class Fault:
         after_events: int = 2,
     ) -> Fault:
         """Start streaming ``turn`` (status 200), then send an error event mid-stream."""
-        return cls(stream_error=True, error_type=error_type, then=turn, after_events=after_events)
+        return cls(
+            error_in_stream=True, error_type=error_type, then=turn, after_events=after_events
+        )
 
     @classmethod
     def drop(cls, turn: ModelResponse | None = None, *, after_events: int = 2) -> Fault:
@@ -120,7 +122,7 @@ class Fault:
     @classmethod
     def truncate(cls, turn: ModelResponse | None = None, *, after_events: int = 2) -> Fault:
         """Start streaming ``turn``, then end the body cleanly but before the end marker."""
-        return cls(truncate=True, then=turn, after_events=after_events)
+        return cls(cut_before_end=True, then=turn, after_events=after_events)
 
     @classmethod
     def slow(cls, delay: float, turn: ModelResponse | None = None) -> Fault:
