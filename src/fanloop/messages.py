@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal, TypeAlias
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "INVALID_ARGUMENTS_KEY",
     "Message",
     "Origin",
     "Part",
@@ -32,6 +33,11 @@ __all__ = [
 ]
 
 Role: TypeAlias = Literal["user", "assistant"]
+
+INVALID_ARGUMENTS_KEY = "__fanloop_invalid_json__"
+"""A provider that receives tool-call arguments that are not a JSON object sets
+``ToolCallPart.arguments`` to ``{INVALID_ARGUMENTS_KEY: raw_text}``; the fan-out answers such a
+call with an error result that quotes the text, so the model can correct itself."""
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 

@@ -77,6 +77,7 @@ class RunContext(Generic[DepsT]):
         agent_path: the agents from the root down to the one calling this tool.
         call: the tool call being handled.
         depth: 0 for the root agent, 1 for its sub-agents, and so on.
+        session_id: the id of the run's session, if it has one.
     """
 
     deps: DepsT
@@ -84,6 +85,7 @@ class RunContext(Generic[DepsT]):
     agent_path: tuple[str, ...]
     call: ToolCallPart
     depth: int = 0
+    session_id: str | None = None
     _run: Any = field(default=None, repr=False, compare=False)
 
 
