@@ -1,10 +1,20 @@
-"""fanloop: an async-first agent framework."""
+"""fanloop: an async-first agent framework.
 
+Drive a language model through a tool-use loop on asyncio: stream its deltas as they arrive,
+fan the requested tool calls out concurrently, retry transient provider failures, and run
+sub-agents in parallel.
+"""
+
+from ._agent import Agent
+from ._gather import gather
 from ._result import RunResult, TerminationReason
 from ._retry import RetryPolicy
+from ._stream import RunStream
 from .limits import Limits
 from .observers import (
     ConsoleObserver,
+    ConversationContext,
+    ConversationSummary,
     GuardedObserver,
     Hooks,
     LoopObserver,
@@ -14,8 +24,13 @@ from .observers import (
 )
 from .tools.base import RunContext, Tool, ToolResult, tool
 
+__version__ = "0.1.0"
+
 __all__ = [
+    "Agent",
     "ConsoleObserver",
+    "ConversationContext",
+    "ConversationSummary",
     "GuardedObserver",
     "Hooks",
     "Limits",
@@ -25,9 +40,11 @@ __all__ = [
     "RetryPolicy",
     "RunContext",
     "RunResult",
+    "RunStream",
     "TerminationReason",
     "Tool",
     "ToolResult",
+    "gather",
     "guarded",
     "tool",
 ]

@@ -161,12 +161,14 @@ class Budget:
 
     # -- warnings ------------------------------------------------------------------------
 
-    def warnings(self, turns: int) -> list[tuple[BudgetKind, float, float]]:
-        """Limits that just crossed the ``warn_at`` share; each is reported once."""
+    def warnings(self) -> list[tuple[BudgetKind, float, float]]:
+        """Shared limits that just crossed the ``warn_at`` share; each is reported once.
+
+        (Turns are counted per agent run, so the run warns about those itself.)
+        """
         lim = self.limits
         u = self.usage
         candidates: list[tuple[BudgetKind, float, Any]] = [
-            ("turns", turns, lim.max_turns),
             ("deadline", self.elapsed, lim.timeout),
             ("input_tokens", u.total_input_tokens, lim.max_input_tokens),
             ("output_tokens", u.output_tokens, lim.max_output_tokens),

@@ -1,0 +1,576 @@
+"""Agent: immutable configuration plus ``run`` / ``stream`` / ``run_sync``. No turn logic here."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import nullcontext
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ._dispatch import Emitter, build_table
+from ._fanout import LimiterPool
+from ._log import bind, logger
+from ._model import make_invoker
+from ._result import RunResult, TerminationReason
+from ._retry import RetryPolicy
+from ._run import RunState
+from .catalog import model_info
+from .errors import ConfigurationError, ProviderError
+from .events import Event, RunFinished, RunStarted
+from .limits import Budget, Limits
+from .messages import Message, TextPart
+from .observers import ConversationContext, ConversationSummary, Hooks, LoopObserver
+from .providers._types import HostedTool, ToolSpec
+from .tools.base import FunctionTool, Tool, tool
+
+if TYPE_CHECKING:
+    from ._stream import RunStream
+    from .providers.base import Provider
+    from .sessions import Session
+
+__all__ = ["Agent", "ConfirmFn"]
+
+ConfirmFn = Callable[[str, str], "Awaitable[bool | str] | bool | str"]
+Prompt = str | Message | Sequence[TextPart]
+
+
+class Agent:
+    """An agent: a provider, a system prompt, tools, and the rules of the loop.
+
+    An ``Agent`` is immutable configuration, cheap to make and safe to share: any number of
+    runs may use one agent at the same time. The conversation lives in the run (or in a
+    :class:`~fanloop.sessions.Session`), never on the agent.
+
+    Args:
+        provider: a :class:`~fanloop.providers.Provider`, or a ``"anthropic:MODEL"`` /
+            ``"openai:MODEL"`` string.
+        system: the system prompt.
+        tools: :class:`~fanloop.Tool` instances, or plain functions (made into tools with
+            :func:`~fanloop.tool`).
+        limits: turn, time, token, cost and tool-call limits (:class:`~fanloop.Limits`).
+        retry: how transient provider failures are retried (:class:`~fanloop.RetryPolicy`).
+        confirm: ``(name, preview) -> bool | str``, sync or async: the gate before a dangerous
+            tool. ``True`` runs it; ``False`` or a string declines (the string is the reason
+            the model sees). Defaults to ``hooks.confirm``.
+        auto_approve: run dangerous tools without asking.
+        observer: a :class:`~fanloop.LoopObserver`.
+        hooks: :class:`~fanloop.Hooks` callbacks.
+        delegation: give the agent the ``delegate`` tool (sub-agents with read-only tools).
+        memory: give the agent the ``remember`` tool and load ``.fanloop/memory.md`` into the
+            system prompt.
+        skills: discover ``SKILL.md`` skills, list them in the system prompt and add
+            ``read_skill``.
+        name: the agent's name in event lineage and logs.
+        max_tokens: the output budget of a model call.
+        max_tokens_ceiling: how far a truncated tool call may grow the budget by retrying
+            (defaults to the model's output ceiling from the model table).
+        temperature: sampling temperature, when the provider takes one.
+        thinking_budget: tokens of extended thinking, when the provider supports it.
+        hosted_tools: tools the provider runs itself (:class:`~fanloop.providers.HostedTool`).
+        max_concurrency: cap on this agent's tool calls running at once, across its runs.
+        tool_concurrency: caps per tool name, e.g. ``{"bash": 2}``.
+        concurrency_limits: named keyed caps, e.g. ``{"db": 1}``, shared by every tool whose
+            ``concurrency_key`` names them, across runs and sub-agents.
+        tool_threads: worker threads for synchronous tools.
+        context_window: the model's context window (defaults to the model table's).
+        compact_threshold: share of the context window past which older history is compacted.
+        max_depth: how deep delegation may nest (1: sub-agents cannot delegate).
+        delegate_tools: the tools a delegated sub-agent gets (default: ``READ_ONLY_TOOLS``).
+        workspace: the root directory for file tools, memory and skills (default: the cwd).
+    """
+
+    __slots__ = (
+        "_invoke",
+        "_table",
+        "_tool_async",
+        "auto_approve",
+        "compact_threshold",
+        "confirm",
+        "context_window",
+        "delegation",
+        "hooks",
+        "hosted_tools",
+        "limiters",
+        "limits",
+        "max_concurrency",
+        "max_depth",
+        "max_tokens",
+        "max_tokens_ceiling",
+        "memory",
+        "model",
+        "name",
+        "observer",
+        "provider",
+        "provider_name",
+        "retry",
+        "skills",
+        "system",
+        "system_prompt",
+        "temperature",
+        "thinking_budget",
+        "tool_concurrency",
+        "tool_specs",
+        "tools",
+        "workspace",
+    )
+
+    def __init__(
+        self,
+        provider: Provider | str | Sequence[Any] | None = None,
+        *,
+        system: str | None = None,
+        tools: Iterable[Tool | Callable[..., Any]] = (),
+        limits: Limits | None = None,
+        retry: RetryPolicy | None = None,
+        confirm: ConfirmFn | None = None,
+        auto_approve: bool = False,
+        observer: LoopObserver | None = None,
+        hooks: Hooks | None = None,
+        delegation: bool = False,
+        memory: bool = False,
+        skills: bool = False,
+        name: str = "agent",
+        max_tokens: int = 4096,
+        max_tokens_ceiling: int | None = None,
+        temperature: float | None = None,
+        thinking_budget: int | None = None,
+        hosted_tools: Iterable[HostedTool] = (),
+        max_concurrency: int | None = None,
+        tool_concurrency: Mapping[str, int] | None = None,
+        concurrency_limits: Mapping[str, int] | None = None,
+        tool_threads: int = 64,
+        context_window: int | None = None,
+        compact_threshold: float = 0.8,
+        max_depth: int = 1,
+        delegate_tools: Iterable[Tool] | None = None,
+        workspace: str | None = None,
+        client: Provider | None = None,
+        _limiters: LimiterPool | None = None,
+    ) -> None:
+        if client is not None:  # seed 002's spelling: Agent(tools, client=provider)
+            if provider is not None and not isinstance(provider, list | tuple):
+                raise ConfigurationError("pass the provider once: positionally or as client=")
+            tools = [*(provider or ()), *tools]
+            provider = client
+        if provider is None:
+            raise ConfigurationError("Agent needs a provider (or a 'vendor:model' string)")
+        if isinstance(provider, str):
+            from .providers._resolve import resolve_provider
+
+            provider = resolve_provider(provider)
+        if not callable(getattr(provider, "complete", None)) and not callable(
+            getattr(provider, "stream", None)
+        ):
+            raise ConfigurationError(
+                f"{provider!r} is not a provider: it needs a complete() or stream() method"
+            )
+        if max_tokens < 1:
+            raise ConfigurationError("max_tokens must be >= 1")
+        if not 0 < compact_threshold <= 1:
+            raise ConfigurationError("compact_threshold must be in (0, 1]")
+        if max_depth < 0:
+            raise ConfigurationError("max_depth must be >= 0")
+        if confirm is None and hooks is not None:
+            confirm = hooks.confirm
+
+        set_ = partial(object.__setattr__, self)
+        set_("provider", provider)
+        set_("provider_name", str(getattr(provider, "name", type(provider).__name__)))
+        set_("model", str(getattr(provider, "model", "")))
+        set_("name", name)
+        set_("system", system)
+        set_("limits", limits if limits is not None else Limits())
+        set_("retry", retry if retry is not None else RetryPolicy())
+        set_("confirm", confirm)
+        set_("auto_approve", auto_approve)
+        set_("observer", observer)
+        set_("hooks", hooks)
+        set_("delegation", delegation)
+        set_("memory", memory)
+        set_("skills", skills)
+        set_("workspace", workspace)
+        set_("max_depth", max_depth)
+        set_("temperature", temperature)
+        set_("thinking_budget", thinking_budget)
+        set_("compact_threshold", compact_threshold)
+        set_("max_concurrency", max_concurrency)
+        set_("tool_concurrency", dict(tool_concurrency or {}))
+        info = model_info(self.model)
+        set_("context_window", context_window or (info.context_window if info else 0))
+        set_("max_tokens", max_tokens)
+        ceiling = max_tokens_ceiling or max(
+            info.max_output_tokens if info else max_tokens * 8, max_tokens
+        )
+        set_("max_tokens_ceiling", ceiling)
+
+        hosted = tuple(hosted_tools)
+        supported = getattr(provider, "hosted_tools", frozenset())
+        for h in hosted:
+            if h.kind not in supported:
+                raise ConfigurationError(
+                    f"provider {self.provider_name!r} does not support hosted tool {h.kind!r}"
+                    f" (supported: {', '.join(sorted(supported)) or 'none'})"
+                )
+        set_("hosted_tools", hosted)
+
+        if _limiters is None:
+            _limiters = LimiterPool(dict(concurrency_limits or {}), threads=tool_threads)
+        elif concurrency_limits:
+            _limiters.keys.update(concurrency_limits)
+        set_("limiters", _limiters)
+
+        all_tools = [t if isinstance(t, Tool) else tool(t) for t in tools]
+        system_parts = [system] if system else []
+        if delegation and max_depth > 0:
+            from ._delegate import DelegateTool
+
+            all_tools.append(DelegateTool(tools=delegate_tools))
+        if memory:
+            from .tools.memory import RememberTool, memory_prompt
+
+            all_tools.append(RememberTool(root=workspace))
+            block = memory_prompt(workspace)
+            if block:
+                system_parts.append(block)
+        if skills:
+            from .skills import ReadSkillTool, discover_skills, skills_prompt
+
+            found = discover_skills(root=workspace)
+            if found:
+                all_tools.append(ReadSkillTool(found))
+                system_parts.append(skills_prompt(found))
+        by_name: dict[str, Tool] = {}
+        for t in all_tools:
+            if t.name in by_name:
+                raise ConfigurationError(f"two tools are named {t.name!r}")
+            by_name[t.name] = t
+        set_("tools", by_name)
+        set_("tool_specs", tuple(_spec(t) for t in all_tools))
+        set_(
+            "_tool_async",
+            {
+                t.name: (
+                    t.is_async
+                    if isinstance(t, FunctionTool)
+                    else inspect.iscoroutinefunction(type(t).run)
+                )
+                for t in all_tools
+            },
+        )
+        set_("system_prompt", "\n\n".join(system_parts) or None)
+        set_("_invoke", make_invoker(provider))
+        set_("_table", build_table(observer, hooks))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Agent is immutable; use agent.with_options({name}=...)")
+
+    def __repr__(self) -> str:
+        return f"<Agent {self.name!r} {self.provider_name}:{self.model} tools={list(self.tools)}>"
+
+    # -- configuration helpers ---------------------------------------------------------
+
+    @property
+    def invoke(self) -> Any:
+        """The prebuilt provider call (streaming or not), used by the loop."""
+        return self._invoke
+
+    def tool_is_async(self, t: Tool) -> bool:
+        """Whether ``t.run`` is a coroutine function (decided once, at construction)."""
+        known = self._tool_async.get(t.name)
+        return inspect.iscoroutinefunction(type(t).run) if known is None else known
+
+    def limiters_for(self, t: Tool) -> list[anyio.CapacityLimiter]:
+        """The capacity limiters a call of ``t`` must hold: per agent, per tool, per key."""
+        out = []
+        if self.max_concurrency is not None:
+            out.append(self.limiters.get(f"agent:{id(self)}", self.max_concurrency))
+        cap = self.tool_concurrency.get(t.name, t.max_concurrency)
+        if cap is not None:
+            out.append(self.limiters.get(f"tool:{id(self)}:{t.name}", cap))
+        key = t.concurrency_key
+        if key is not None:
+            total = self.limiters.keys.get(key)
+            if total is None:
+                raise ConfigurationError(
+                    f"tool {t.name!r} uses concurrency key {key!r}, but the agent has no "
+                    f"concurrency_limits entry for it"
+                )
+            out.append(self.limiters.get(f"key:{key}", total))
+        return out
+
+    def with_options(self, **changes: Any) -> Agent:
+        """A copy of this agent with some constructor arguments changed."""
+        provider = changes.pop("provider", self.provider)
+        current: dict[str, Any] = {
+            "system": self.system,
+            "tools": [t for t in self.tools.values() if t.name not in _AUTO_TOOLS],
+            "limits": self.limits,
+            "retry": self.retry,
+            "confirm": self.confirm,
+            "auto_approve": self.auto_approve,
+            "observer": self.observer,
+            "hooks": self.hooks,
+            "delegation": self.delegation,
+            "memory": self.memory,
+            "skills": self.skills,
+            "name": self.name,
+            "max_tokens": self.max_tokens,
+            "max_tokens_ceiling": self.max_tokens_ceiling,
+            "temperature": self.temperature,
+            "thinking_budget": self.thinking_budget,
+            "hosted_tools": self.hosted_tools,
+            "max_concurrency": self.max_concurrency,
+            "tool_concurrency": self.tool_concurrency,
+            "context_window": self.context_window,
+            "compact_threshold": self.compact_threshold,
+            "max_depth": self.max_depth,
+            "workspace": self.workspace,
+            "_limiters": self.limiters,
+        }
+        current.update(changes)
+        return Agent(provider, **current)
+
+    # -- running -----------------------------------------------------------------------
+
+    async def run(
+        self,
+        prompt: Prompt | None = None,
+        *,
+        messages: Sequence[Message] | None = None,
+        session: Session | None = None,
+        deps: Any = None,
+    ) -> RunResult:
+        """Run the loop on ``prompt`` until the model answers or a limit ends it.
+
+        Args:
+            prompt: the user's message (``None`` continues ``messages``/``session`` as is).
+            messages: an earlier conversation to continue (e.g. ``result.messages``).
+            session: a :class:`~fanloop.sessions.Session`; every message is persisted to it
+                as it is appended.
+            deps: any object; tools receive it as ``RunContext.deps``.
+
+        Returns:
+            The :class:`~fanloop.RunResult`, for every ending but two: a provider error that
+            survives its retries raises its :class:`~fanloop.errors.ProviderError`, and
+            cancellation propagates. Both carry the partial result as ``.partial``.
+        """
+        return await self._execute(prompt, messages=messages, session=session, deps=deps)
+
+    def stream(
+        self,
+        prompt: Prompt | None = None,
+        *,
+        messages: Sequence[Message] | None = None,
+        session: Session | None = None,
+        deps: Any = None,
+        buffer: int = 64,
+    ) -> RunStream:
+        """Run as :meth:`run`, yielding the run's events as they happen.
+
+        Use it as ``async with agent.stream("...") as run: async for event in run: ...``;
+        afterwards ``run.result`` holds the :class:`~fanloop.RunResult`. The event buffer is
+        bounded: a slow consumer slows the run down rather than growing memory. Leaving the
+        ``async with`` early cancels the run.
+        """
+        from ._stream import RunStream
+
+        return RunStream(
+            partial(self._execute, prompt, messages=messages, session=session, deps=deps),
+            buffer=buffer,
+        )
+
+    def run_sync(
+        self,
+        prompt: Prompt | None = None,
+        *,
+        messages: Sequence[Message] | None = None,
+        session: Session | None = None,
+        deps: Any = None,
+    ) -> RunResult:
+        """:meth:`run` for scripts: starts an event loop, runs, returns. Not for async code."""
+        try:
+            import asyncio
+
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise RuntimeError("run_sync() was called inside a running event loop; await run()")
+        return anyio.run(
+            partial(self._execute, prompt, messages=messages, session=session, deps=deps)
+        )
+
+    async def resume(self, session: Session, *, deps: Any = None) -> RunResult:
+        """Finish a turn that a dead process left open in ``session``.
+
+        Tool calls without results are closed first: a dangerous call whose receipt was
+        committed gets its recorded result back without running again; one whose receipt was
+        left ``started`` ends the run with ``effect_outcome_uncertain``, naming the call; any
+        other unanswered call is told it was interrupted. Then the loop continues.
+        """
+        from ._resume import repair
+
+        return await self._execute(None, session=session, deps=deps, before=repair)
+
+    def as_tool(
+        self,
+        name: str | None = None,
+        description: str | None = None,
+        *,
+        concurrent_safe: bool = True,
+    ) -> Tool:
+        """This agent as a tool another agent can call with a ``task`` string.
+
+        The run is a sub-agent of the caller's run: its events reach the caller's stream with
+        their lineage, its usage rolls up, it spends from the caller's budget, and cancelling
+        the caller cancels it.
+        """
+        from ._delegate import AgentTool
+
+        return AgentTool(self, name=name, description=description, concurrent_safe=concurrent_safe)
+
+    async def _execute(
+        self,
+        prompt: Prompt | None,
+        *,
+        messages: Sequence[Message] | None = None,
+        session: Session | None = None,
+        deps: Any = None,
+        send: Callable[[Event], Awaitable[None]] | None = None,
+        parent: RunState | None = None,
+        parent_call_id: str | None = None,
+        before: Callable[[RunState], Awaitable[RunResult | None]] | None = None,
+    ) -> RunResult:
+        if session is not None and messages is not None:
+            raise ConfigurationError("pass messages= or session=, not both")
+        history = list(session.messages if session is not None else messages or ())
+        if parent is None:
+            budget = Budget(self.limits)
+            path: tuple[str, ...] = (self.name,)
+            parent_emitter = None
+        else:
+            budget = parent.budget
+            path = (*parent.emitter.path, self.name)
+            parent_emitter = parent.emitter
+        emitter = Emitter(
+            self._table, path=path, parent_call_id=parent_call_id, send=send, parent=parent_emitter
+        )
+        run = RunState(
+            self,
+            emitter,
+            budget,
+            messages=history,
+            session=session,
+            deps=deps if deps is not None or parent is None else parent.deps,
+            depth=0 if parent is None else parent.depth + 1,
+            parent=parent,
+        )
+        bind(run_id=run.run_id, agent_path="/".join(path))
+        observer = self.observer if parent is None else None
+        result: RunResult | None = None
+        error: BaseException | None = None
+        with observer.conversation() if observer is not None else nullcontext():
+            if observer is not None:
+                _notify(
+                    observer,
+                    "on_conversation_start",
+                    ConversationContext(
+                        run.run_id,
+                        self.name,
+                        self.provider_name,
+                        self.model,
+                        self.limits,
+                        session.id if session is not None else None,
+                    ),
+                )
+            try:
+                await emitter.emit(RunStarted(run.run_id, self.name, self.model))
+                if before is not None:
+                    result = await before(run)
+                if result is None:
+                    if prompt is not None:
+                        await run.append(_user_message(prompt))
+                    result = await self._loop(run, deadline=parent is None)
+            except ProviderError as exc:
+                error = exc
+                result = run.result(TerminationReason.PROVIDER_ERROR, detail=str(exc))
+                exc.partial = result
+                raise
+            except anyio.get_cancelled_exc_class() as exc:
+                error = exc
+                result = run.result(TerminationReason.CANCELLED, detail="the run was cancelled")
+                exc.partial = result  # type: ignore[attr-defined]
+                raise
+            except BaseException as exc:
+                error = exc
+                result = run.result(TerminationReason.UNKNOWN, detail=repr(exc))
+                logger.exception("run_failed")
+                raise
+            finally:
+                assert result is not None
+                logger.debug(
+                    "run_finished",
+                    reason=str(result.termination_reason),
+                    turns=result.turns,
+                    tool_calls=result.tool_calls,
+                )
+                with anyio.CancelScope(shield=True):
+                    await emitter.emit(RunFinished(result, error))
+                if observer is not None:
+                    _notify(
+                        observer,
+                        "on_conversation_end",
+                        ConversationSummary(
+                            run.run_id,
+                            result.termination_reason,
+                            result.turns,
+                            result.usage,
+                            result.elapsed,
+                            result.tool_calls,
+                            error,
+                        ),
+                    )
+        return result
+
+    async def _loop(self, run: RunState, *, deadline: bool) -> RunResult:
+        from ._loop import run_loop
+
+        timeout = self.limits.timeout
+        if not deadline or timeout is None:
+            return await run_loop(run)
+        result: RunResult | None = None
+        with anyio.move_on_after(timeout):
+            result = await run_loop(run)
+        if result is None:
+            return run.result(
+                TerminationReason.DEADLINE, detail=f"the run passed its {timeout} s deadline"
+            )
+        return result
+
+
+_AUTO_TOOLS = frozenset({"delegate", "remember", "read_skill"})
+
+
+def _spec(t: Tool) -> ToolSpec:
+    return ToolSpec.model_construct(name=t.name, description=t.description, parameters=t.parameters)
+
+
+def _user_message(prompt: Prompt) -> Message:
+    if isinstance(prompt, Message):
+        return prompt
+    if isinstance(prompt, str):
+        return Message.user(prompt)
+    return Message(role="user", content=tuple(prompt))
+
+
+def _notify(observer: LoopObserver, name: str, arg: Any) -> None:
+    fn = getattr(observer, name, None)
+    if fn is None:
+        return
+    try:
+        fn(arg)
+    except Exception:
+        logger.exception("callback_failed", owner=type(observer).__name__, callback=name)

@@ -1,0 +1,168 @@
+"""Event dispatch: one stream of events, three kinds of consumers.
+
+The dispatch table (event kind -> callbacks) is built once per agent from its observer and
+hooks, trio-instrument style: a kind nobody listens to costs one dict lookup, and an observer
+callback left as :class:`~fanloop.NullObserver`'s no-op is not called at all. A callback that
+raises is logged and the run goes on.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ._log import logger
+from .events import Event
+from .observers import GuardedObserver, Hooks, LoopObserver, MultiObserver, NullObserver
+
+__all__ = ["Emitter", "Handler", "build_table"]
+
+Handler = Callable[[Any], Any]
+Table = dict[str, tuple[Handler, ...]]
+
+# Conversation bookkeeping that stays with the agent that emitted it: a sub-agent's versions of
+# these reach the parent's stream (with lineage) but not the parent's observer and hooks.
+_LOCAL_KINDS = frozenset(
+    {
+        "run_started",
+        "run_finished",
+        "message_appended",
+        "usage_updated",
+        "context_usage",
+        "compaction_started",
+        "compaction_finished",
+    }
+)
+
+_OBSERVER_MAP: dict[str, tuple[str, Callable[[Any], tuple[Any, ...]]]] = {
+    "request_started": ("on_request", lambda e: (e.request,)),
+    "response_completed": ("on_response", lambda e: (e.response,)),
+    "retry_scheduled": ("on_retry", lambda e: (e.attempt, e.error)),
+    "tool_started": ("on_tool_start", lambda e: (e.call,)),
+    "tool_finished": ("on_tool_end", lambda e: (e.call, e.result)),
+    "budget_warning": ("on_budget_warning", lambda e: (e.budget, e.used, e.limit)),
+    "stall_detected": ("on_stall", lambda e: (e.tool_name, e.count)),
+    "model_failed": ("on_model_error", lambda e: (e.error,)),
+    "text_delta": ("on_text_delta", lambda e: (e.text,)),
+}
+
+_HOOK_MAP: dict[str, tuple[str, Callable[[Any], tuple[Any, ...]]]] = {
+    "request_started": ("on_request", lambda e: (len(e.request.messages), len(e.request.tools))),
+    "tool_started": ("on_tool_call", lambda e: (e.call.name, e.call.arguments)),
+    "tool_finished": (
+        "on_tool_result",
+        lambda e: (e.call.name, e.result.content, e.result.is_error),
+    ),
+    "text_delta": ("on_text_delta", lambda e: (e.text,)),
+    "usage_updated": ("on_usage", lambda e: (e.turn_usage, e.total_usage, e.elapsed)),
+    "context_usage": ("on_context", lambda e: (e.used, e.limit)),
+    "compaction_started": ("on_compact_start", lambda e: ()),
+    "compaction_finished": ("on_compact_end", lambda e: (e.before_count, e.after_count)),
+    "retry_scheduled": ("on_retry", lambda e: (e.attempt, e.delay, e.error)),
+    "message_appended": ("on_message", lambda e: ()),
+}
+
+
+def _is_noop(observer: object, name: str) -> bool:
+    """True when ``observer.name`` is missing or NullObserver's own no-op."""
+    if isinstance(observer, GuardedObserver):
+        return _is_noop(observer.inner, name)
+    if isinstance(observer, MultiObserver):
+        return all(_is_noop(o, name) for o in observer.observers)
+    impl = getattr(type(observer), name, None)
+    if impl is None:
+        return getattr(observer, name, None) is None
+    return impl is getattr(NullObserver, name, None)
+
+
+def _guard(
+    owner: str, name: str, fn: Callable[..., Any], args: Callable[[Any], tuple[Any, ...]]
+) -> Handler:
+    async def call_async(event: Any) -> None:
+        try:
+            await fn(*args(event))
+        except Exception:
+            logger.exception("callback_failed", owner=owner, callback=name)
+
+    def call_sync(event: Any) -> Awaitable[None] | None:
+        try:
+            out = fn(*args(event))
+        except Exception:
+            logger.exception("callback_failed", owner=owner, callback=name)
+            return None
+        if inspect.isawaitable(out):
+            return _await_guarded(out, owner, name)
+        return None
+
+    return call_async if inspect.iscoroutinefunction(fn) else call_sync
+
+
+async def _await_guarded(aw: Awaitable[Any], owner: str, name: str) -> None:
+    try:
+        await aw
+    except Exception:
+        logger.exception("callback_failed", owner=owner, callback=name)
+
+
+def build_table(observer: LoopObserver | None, hooks: Hooks | None) -> Table:
+    """Map each event kind to the callbacks that want it, observer first, then hooks."""
+    table: dict[str, list[Handler]] = {}
+    if observer is not None:
+        owner = type(observer).__name__
+        for kind, (name, args) in _OBSERVER_MAP.items():
+            if not _is_noop(observer, name):
+                table.setdefault(kind, []).append(
+                    _guard(owner, name, getattr(observer, name), args)
+                )
+    if hooks is not None:
+        for kind, (name, args) in _HOOK_MAP.items():
+            fn = getattr(hooks, name)
+            if fn is not None:
+                table.setdefault(kind, []).append(_guard("Hooks", name, fn, args))
+    return {kind: tuple(handlers) for kind, handlers in table.items()}
+
+
+class Emitter:
+    """Delivers a run's events: stamps lineage, calls the table, feeds the stream, and hands
+    a sub-agent's events up to its parent's emitter."""
+
+    __slots__ = ("_send", "local", "parent", "parent_call_id", "path", "table")
+
+    def __init__(
+        self,
+        table: Table,
+        *,
+        path: tuple[str, ...],
+        parent_call_id: str | None = None,
+        send: Callable[[Event], Awaitable[None]] | None = None,
+        parent: Emitter | None = None,
+    ) -> None:
+        self.table = table
+        self.path = path
+        self.parent_call_id = parent_call_id
+        self._send = send
+        self.parent = parent
+
+    def wants(self, kind: str) -> bool:
+        """Whether anything at all consumes events of ``kind``."""
+        return True if (self._send is not None or self.parent is not None) else kind in self.table
+
+    async def emit(self, event: Event) -> None:
+        """Stamp ``event`` with this agent's lineage and deliver it."""
+        event.agent_path = self.path
+        event.parent_call_id = self.parent_call_id
+        await self._deliver(event, local=True)
+
+    async def _deliver(self, event: Event, *, local: bool) -> None:
+        if local or event.kind not in _LOCAL_KINDS:
+            handlers = self.table.get(event.kind)
+            if handlers:
+                for handler in handlers:
+                    out = handler(event)
+                    if out is not None:
+                        await out
+        if self._send is not None:
+            await self._send(event)
+        if self.parent is not None:
+            await self.parent._deliver(event, local=False)

@@ -1,0 +1,318 @@
+"""The tool-batch scheduler: how one turn's tool calls fan out (DESIGN §3).
+
+1. Unknown tools, malformed JSON and arguments that fail validation become error results at
+   once, detailed enough for the model to correct itself.
+2. Calls that are not dangerous start concurrently; calls to the same tool run one after
+   another in the model's order unless the tool is ``concurrent_safe``.
+3. A dangerous call is a barrier: the calls before it finish, its preview goes to the confirm
+   gate, it runs alone, then the calls after it continue.
+4. ``confirm`` answers ``True`` (run), ``False`` (declined) or a string (declined, with that
+   reason for the model). No ``confirm`` declines, unless ``auto_approve``. Only ``True`` runs.
+5. A tool that raises or passes its timeout gives an error result; its siblings keep theirs.
+6. Results come back in the order of the calls.
+7. Cancelling cancels every call in flight (one task group per batch) and still leaves a result
+   for every call.
+8. Concurrency is capped per agent, per tool, and by named keys shared across tools, runs and
+   sub-agents.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ._log import logger
+from .errors import ToolError
+from .events import (
+    ApprovalRequested,
+    ApprovalResolved,
+    StallDetected,
+    ToolFinished,
+    ToolStarted,
+)
+from .messages import INVALID_ARGUMENTS_KEY, ToolCallPart, ToolResultPart
+from .tools.base import RunContext, Tool, ToolResult, _current, to_result
+
+if TYPE_CHECKING:
+    from ._run import RunState
+
+__all__ = ["DECLINED", "LimiterPool", "run_batch"]
+
+DECLINED = "User declined to run this tool."
+NO_CONFIRM = (
+    "Declined: this tool is marked dangerous and needs the user's confirmation, but no "
+    "confirmation handler is configured, so it was not run."
+)
+CANCELLED = "The tool call was cancelled before it finished; its outcome is unknown."
+
+
+class LimiterPool:
+    """Capacity limiters created on first use, one set per event loop.
+
+    An agent owns one pool (its per-agent and per-tool caps hold across all of its runs);
+    sub-agents share their parent's pool for keyed limits.
+    """
+
+    __slots__ = ("_by_loop", "keys", "threads")
+
+    def __init__(self, keys: dict[str, int] | None = None, threads: int = 64) -> None:
+        self.keys = dict(keys or {})
+        self.threads = threads
+        self._by_loop: dict[int, dict[str, anyio.CapacityLimiter]] = {}
+
+    def get(self, name: str, total: int) -> anyio.CapacityLimiter:
+        loop = id(asyncio.get_running_loop())
+        limiters = self._by_loop.get(loop)
+        if limiters is None:
+            if len(self._by_loop) > 8:  # forget limiters of event loops long gone
+                self._by_loop.clear()
+            limiters = self._by_loop[loop] = {}
+        limiter = limiters.get(name)
+        if limiter is None:
+            limiter = limiters[name] = anyio.CapacityLimiter(total)
+        return limiter
+
+
+class _Call:
+    __slots__ = ("call", "index", "kwargs", "tool")
+
+    def __init__(self, index: int, call: ToolCallPart, tool: Tool, kwargs: dict[str, Any]):
+        self.index = index
+        self.call = call
+        self.tool = tool
+        self.kwargs = kwargs
+
+
+async def run_batch(
+    run: RunState, calls: Sequence[ToolCallPart], results: list[ToolResultPart | None]
+) -> None:
+    """Run one turn's tool calls by the rules above, filling ``results`` in call order.
+
+    If the batch is cancelled, ``results`` holds what finished; :func:`results_or_cancelled`
+    fills in the rest so the transcript gets a result for every call.
+    """
+    emit = run.emitter.emit
+    granted = run.budget.take_tool_calls(len(calls))
+    run.tool_calls += granted
+    prepared: list[_Call] = []
+    for index, call in enumerate(calls):
+        count = run.stall.observe(call)
+        if count:
+            await emit(StallDetected(call.name, count))
+            if run.agent.limits.stop_on_stall:
+                from ._result import TerminationReason
+
+                run.end(
+                    TerminationReason.STALLED,
+                    f"{call.name} was called with the same arguments {count} times in a row",
+                )
+        if index >= granted:
+            await _immediate(run, results, index, call, "Tool call budget exhausted; not run.")
+            continue
+        tool = run.agent.tools.get(call.name)
+        if tool is None:
+            available = ", ".join(run.agent.tools) or "none"
+            await _immediate(
+                run,
+                results,
+                index,
+                call,
+                f"Unknown tool {call.name!r}. Available tools: {available}.",
+            )
+            continue
+        raw = call.arguments.get(INVALID_ARGUMENTS_KEY)
+        if raw is not None:
+            await _immediate(
+                run,
+                results,
+                index,
+                call,
+                f"The arguments for tool {call.name!r} were not a valid JSON object: {raw!r}. "
+                "Send the arguments again as one JSON object.",
+            )
+            continue
+        try:
+            kwargs = tool.validate(call.arguments)
+        except ToolError as exc:
+            await _immediate(run, results, index, call, str(exc))
+            continue
+        except Exception as exc:
+            await _immediate(
+                run,
+                results,
+                index,
+                call,
+                f"Invalid arguments for tool {call.name!r}: {type(exc).__name__}: {exc}",
+            )
+            continue
+        prepared.append(_Call(index, call, tool, kwargs))
+
+    segment: list[_Call] = []
+    for item in prepared:
+        if item.tool.dangerous:
+            await _run_concurrently(run, segment, results)
+            segment = []
+            await _run_dangerous(run, item, results)
+        else:
+            segment.append(item)
+    await _run_concurrently(run, segment, results)
+
+
+def results_or_cancelled(
+    results: list[ToolResultPart | None], calls: Sequence[ToolCallPart]
+) -> list[ToolResultPart]:
+    """Fill the results a cancelled batch never produced."""
+    return [r if r is not None else _cancelled(c) for r, c in zip(results, calls, strict=True)]
+
+
+def _cancelled(call: ToolCallPart) -> ToolResultPart:
+    return ToolResultPart(call_id=call.id, content=CANCELLED, is_error=True)
+
+
+async def _immediate(
+    run: RunState,
+    results: list[ToolResultPart | None],
+    index: int,
+    call: ToolCallPart,
+    message: str,
+) -> None:
+    emit = run.emitter.emit
+    await emit(ToolStarted(call))
+    part = ToolResultPart(call_id=call.id, content=message, is_error=True)
+    results[index] = part
+    await emit(ToolFinished(call, part, 0.0))
+
+
+async def _run_concurrently(
+    run: RunState, calls: list[_Call], results: list[ToolResultPart | None]
+) -> None:
+    if not calls:
+        return
+    if len(calls) == 1:
+        await _run_one(run, calls[0], results)
+        return
+    lanes: dict[str, list[_Call]] = {}
+    async with anyio.create_task_group() as tg:
+        for item in calls:
+            if item.tool.concurrent_safe:
+                tg.start_soon(_run_one, run, item, results)
+            else:
+                lanes.setdefault(item.tool.name, []).append(item)
+        for lane in lanes.values():
+            tg.start_soon(_run_lane, run, lane, results)
+
+
+async def _run_lane(run: RunState, lane: list[_Call], results: list[ToolResultPart | None]) -> None:
+    for item in lane:
+        await _run_one(run, item, results)
+
+
+async def _run_dangerous(run: RunState, item: _Call, results: list[ToolResultPart | None]) -> None:
+    emit = run.emitter.emit
+    call = item.call
+    await emit(ToolStarted(call))
+    try:
+        preview = item.tool.preview(**item.kwargs)
+    except Exception as exc:
+        logger.warning("tool_preview_failed", tool=call.name, error=repr(exc))
+        preview = Tool.preview(item.tool, **item.kwargs)
+    await emit(ApprovalRequested(call, preview))
+    approved, reason = await _confirm(run, call.name, preview)
+    await emit(ApprovalResolved(call, approved, reason))
+    if not approved:
+        part = ToolResultPart(call_id=call.id, content=reason or DECLINED, is_error=True)
+        results[item.index] = part
+        await emit(ToolFinished(call, part, 0.0))
+        return
+    await _run_one(run, item, results, announced=True)
+
+
+async def _confirm(run: RunState, name: str, preview: str) -> tuple[bool, str | None]:
+    agent = run.agent
+    if agent.auto_approve:
+        return True, None
+    confirm = agent.confirm
+    if confirm is None:
+        return False, NO_CONFIRM
+    try:
+        answer = confirm(name, preview)
+        if inspect.isawaitable(answer):
+            answer = await answer
+    except Exception as exc:
+        logger.exception("confirm_failed", tool=name)
+        return False, f"Declined: the confirmation prompt failed ({type(exc).__name__})."
+    if answer is True:
+        return True, None
+    if isinstance(answer, str):
+        return False, answer or DECLINED
+    return False, DECLINED
+
+
+async def _run_one(
+    run: RunState,
+    item: _Call,
+    results: list[ToolResultPart | None],
+    *,
+    announced: bool = False,
+) -> None:
+    tool = item.tool
+    call = item.call
+    emit = run.emitter.emit
+    async with AsyncExitStack() as stack:
+        for limiter in run.agent.limiters_for(tool):
+            await stack.enter_async_context(limiter)
+        if not announced:
+            await emit(ToolStarted(call))
+        started = time.perf_counter()
+        token = _current.set(
+            RunContext(
+                run.deps,
+                run.run_id,
+                run.emitter.path,
+                call,
+                run.depth,
+                run.session.id if run.session is not None else None,
+                run,
+            )
+        )
+        try:
+            if tool.timeout is not None:
+                with anyio.fail_after(tool.timeout):
+                    value = await _invoke(run, tool, item.kwargs)
+            else:
+                value = await _invoke(run, tool, item.kwargs)
+            result = to_result(value)
+        except ToolError as exc:
+            result = ToolResult(str(exc), is_error=True)
+        except TimeoutError:
+            result = ToolResult(
+                f"Tool {call.name!r} timed out after {tool.timeout} seconds.", is_error=True
+            )
+        except Exception as exc:
+            logger.warning("tool_failed", tool=call.name, error=repr(exc))
+            result = ToolResult(
+                f"Tool {call.name!r} failed: {type(exc).__name__}: {exc}", is_error=True
+            )
+        finally:
+            _current.reset(token)
+    part = ToolResultPart(call_id=call.id, content=result.content, is_error=result.is_error)
+    results[item.index] = part
+    await emit(ToolFinished(call, part, time.perf_counter() - started))
+
+
+async def _invoke(run: RunState, tool: Tool, kwargs: dict[str, Any]) -> Any:
+    if run.agent.tool_is_async(tool):
+        return await tool.run(**kwargs)  # type: ignore[misc]
+    limiter = run.agent.limiters.get("__threads__", run.agent.limiters.threads)
+    value = await anyio.to_thread.run_sync(
+        lambda: tool.run(**kwargs), limiter=limiter, abandon_on_cancel=True
+    )
+    if inspect.isawaitable(value):
+        value = await value
+    return value

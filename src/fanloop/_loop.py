@@ -1,0 +1,84 @@
+"""The turn loop. It shows the order of a round and nothing else (DESIGN §2)::
+
+    loop until a limit ends it:
+        round-entry guards            # turns, tokens, cost, tool calls (the deadline is a cancel scope)
+        context check                 # compact if usage crossed the threshold
+        response = stream the model   # with retries; deltas go out as events
+        if no tool calls: finish
+        run the tool batch
+        append assistant message + tool results; persist; next round
+
+New behaviour arrives as a tool, an observer, a guard or a provider, not as a branch here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import anyio
+
+from ._context import check_context
+from ._fanout import results_or_cancelled, run_batch
+from ._model import Ending, refusal_text, take_turn
+from ._result import RunResult, TerminationReason
+from ._run import RunState
+from .messages import Message, ToolCallPart, ToolResultPart
+from .providers._types import ModelResponse, StopReason
+
+__all__ = ["run_loop"]
+
+
+async def run_loop(run: RunState) -> RunResult:
+    """Drive ``run`` until something ends it; return how it ended."""
+    while True:
+        if (ending := round_entry_guards(run)) is not None:
+            return run.result(ending.reason, text=ending.text, detail=ending.detail)
+        await check_context(run)
+        run.turns += 1
+        turn = await take_turn(run)
+        if isinstance(turn, Ending):
+            return run.result(turn.reason, text=turn.text, detail=turn.detail)
+        if turn.content:
+            await run.append(turn.to_message())
+        if (ending := final_answer(turn)) is not None:
+            return run.result(ending.reason, text=ending.text, detail=ending.detail)
+        await run_tools(run, turn.tool_calls)
+
+
+def round_entry_guards(run: RunState) -> Ending | None:
+    """Limits checked before each round: an ending already decided, turns, the shared budget."""
+    if run.ending is not None:
+        return Ending(run.ending[0], detail=run.ending[1])
+    max_turns = run.agent.limits.max_turns
+    if max_turns is not None and run.turns >= max_turns:
+        return Ending(TerminationReason.MAX_TURNS, detail=f"reached max_turns={max_turns}")
+    spent = run.budget.exhausted()
+    if spent is not None:
+        return Ending(spent[0], detail=spent[1])
+    return None
+
+
+def final_answer(response: ModelResponse) -> Ending | None:
+    """The ending a response without tool calls brings (``None`` when tools are to run)."""
+    if response.stop_reason is StopReason.REFUSAL:
+        return Ending(TerminationReason.MODEL_REFUSAL, text=refusal_text(response))
+    if response.tool_calls:
+        return None
+    if response.stop_reason is StopReason.MAX_TOKENS:
+        return Ending(
+            TerminationReason.MAX_TOKENS,
+            text=response.text,
+            detail="the answer was cut off at the output token limit",
+        )
+    return Ending(TerminationReason.COMPLETED, text=response.text)
+
+
+async def run_tools(run: RunState, calls: Sequence[ToolCallPart]) -> None:
+    """Run the batch and append its results, even when the batch is cancelled."""
+    results: list[ToolResultPart | None] = [None] * len(calls)
+    try:
+        await run_batch(run, calls, results)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await run.append(Message.tool_results(results_or_cancelled(results, calls)))
+    await run.warn()

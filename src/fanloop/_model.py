@@ -1,0 +1,243 @@
+"""One model turn: stream the answer, retry transient failures, apply the stop-reason rules."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ._log import logger
+from ._result import TerminationReason
+from .errors import (
+    ContextWindowExceeded,
+    ProviderConnectionError,
+    ProviderError,
+    ProviderTimeout,
+    ResponseInvalid,
+)
+from .events import (
+    ModelFailed,
+    RequestStarted,
+    RetryScheduled,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+    ToolCallStarted,
+)
+from .messages import Part, TextPart, ThinkingPart, ToolCallPart
+from .providers._types import ModelRequest, ModelResponse, StopReason
+
+if TYPE_CHECKING:
+    from ._run import RunState
+
+__all__ = ["Ending", "Invoker", "make_invoker", "take_turn"]
+
+
+class Ending:
+    """A turn that ends the run instead of continuing it."""
+
+    __slots__ = ("detail", "reason", "text")
+
+    def __init__(
+        self, reason: TerminationReason, text: str | None = None, detail: str | None = None
+    ):
+        self.reason = reason
+        self.text = text
+        self.detail = detail
+
+
+Emit = Callable[[Any], Awaitable[None]]
+Invoker = Callable[[ModelRequest, Emit], Awaitable[tuple[ModelResponse, bool]]]
+
+
+def make_invoker(provider: Any) -> Invoker:
+    """Build, once per agent, the coroutine that asks ``provider`` for one response.
+
+    It returns the response and whether any delta was emitted on the way. A provider with
+    ``stream()`` streams; one with only ``complete()`` is awaited (or run in a worker thread
+    when ``complete`` is a plain function) and its answer emitted as one big delta.
+    """
+    stream = getattr(provider, "stream", None)
+    if callable(stream):
+
+        async def invoke_stream(request: ModelRequest, emit: Emit) -> tuple[ModelResponse, bool]:
+            emitted = False
+            response: ModelResponse | None = None
+            async with stream(request) as events:
+                async for item in events:
+                    if isinstance(item, ModelResponse):
+                        response = item
+                    else:
+                        emitted = True
+                        await emit(item)
+            if response is None:
+                raise ResponseInvalid(
+                    "the provider's stream ended without a final response",
+                    provider=getattr(provider, "name", None),
+                )
+            return response, emitted
+
+        return invoke_stream
+
+    complete = provider.complete
+    is_async = inspect.iscoroutinefunction(complete)
+
+    async def invoke_complete(request: ModelRequest, emit: Emit) -> tuple[ModelResponse, bool]:
+        if is_async:
+            response = await complete(request)
+        else:
+            response = await anyio.to_thread.run_sync(complete, request)
+            if inspect.isawaitable(response):
+                response = await response
+        emitted = False
+        for index, part in enumerate(response.content):
+            if isinstance(part, TextPart) and part.text:
+                await emit(TextDelta(part.text))
+            elif isinstance(part, ThinkingPart) and part.text:
+                await emit(ThinkingDelta(part.text, part.signature))
+            elif isinstance(part, ToolCallPart):
+                await emit(ToolCallStarted(part.id, part.name, index))
+            else:
+                continue
+            emitted = True
+        return response, emitted
+
+    return invoke_complete
+
+
+_MAY_BE_EMPTY = frozenset({StopReason.MAX_TOKENS, StopReason.REFUSAL})
+
+
+def _as_provider_error(exc: Exception, provider: str | None) -> ProviderError:
+    """Translate what a (custom) provider raised into the ProviderError tree."""
+    if isinstance(exc, ProviderError):
+        return exc
+    err: ProviderError
+    if isinstance(exc, TimeoutError):
+        err = ProviderTimeout(f"the model call timed out: {exc}", provider=provider)
+    elif isinstance(exc, ConnectionError | OSError):
+        err = ProviderConnectionError(f"the model call failed to connect: {exc}", provider=provider)
+    else:
+        err = ProviderError(f"the provider raised {type(exc).__name__}: {exc}", provider=provider)
+    err.__cause__ = exc
+    return err
+
+
+async def call_model(run: RunState, request: ModelRequest) -> ModelResponse:
+    """Ask the model, retrying transient failures per the agent's :class:`RetryPolicy`."""
+    agent = run.agent
+    policy = agent.retry
+    emit = run.emitter.emit
+    attempt = 0
+    while True:
+        attempt += 1
+        await emit(RequestStarted(request, run.turns, attempt))
+        emitted = False
+        try:
+            response, emitted = await agent.invoke(request, emit)
+            if not response.content and response.stop_reason not in _MAY_BE_EMPTY:
+                raise ResponseInvalid(
+                    f"the model returned an empty response (stop reason {response.stop_reason})",
+                    provider=response.provider or None,
+                )
+            return response
+        except Exception as exc:
+            error = _as_provider_error(exc, agent.provider_name)
+        if not policy.should_retry(error, attempt):
+            error.attempts = attempt
+            logger.warning(
+                "model_call_failed", error=type(error).__name__, attempt=attempt, message=str(error)
+            )
+            await emit(ModelFailed(error, attempt))
+            raise error
+        delay = policy.delay(attempt, error)
+        logger.info("model_call_retry", error=type(error).__name__, attempt=attempt, delay=delay)
+        await emit(RetryScheduled(attempt, delay, error, emitted))
+        await anyio.sleep(delay)
+
+
+async def take_turn(run: RunState) -> ModelResponse | Ending:
+    """One model round: the request, pause continuations and truncation retries included.
+
+    Returns the finished response (its content joined across pauses), or an :class:`Ending`
+    when the turn ends the run (refusal, output cut off, budget spent, context exhausted).
+    """
+    agent = run.agent
+    budget = run.budget
+    pending: list[Part] = []
+    truncations = 0
+    while True:
+        reserved = budget.output_allowance(run.max_tokens, agent.model)
+        if reserved <= 0:
+            budget.settle(reserved, None, agent.model)
+            reason, detail = budget.exhausted() or (
+                TerminationReason.TOKEN_BUDGET,
+                "no output tokens left in the shared budget",
+            )
+            return Ending(reason, detail=detail)
+        request = run.request(pending, reserved)
+        try:
+            response = await call_model(run, request)
+        except ContextWindowExceeded as exc:
+            budget.settle(reserved, None, agent.model)
+            return Ending(TerminationReason.CONTEXT_EXHAUSTED, detail=str(exc))
+        except BaseException:
+            budget.settle(reserved, None, agent.model)
+            raise
+        await run.account(response, reserved)
+        stop = response.stop_reason
+
+        if stop is StopReason.PAUSED:
+            pending.extend(response.content)
+            continue
+
+        if stop is StopReason.MAX_TOKENS and (response.tool_calls or not response.content):
+            # A truncated tool call is never executed: discard the turn, retry with more room.
+            if reserved < run.max_tokens:
+                return Ending(
+                    TerminationReason.TOKEN_BUDGET,
+                    detail="the output budget left was too small to finish the turn",
+                )
+            if run.max_tokens >= agent.max_tokens_ceiling:
+                return Ending(
+                    TerminationReason.MAX_TOKENS,
+                    text=_joined_text(pending, response),
+                    detail=f"the turn did not fit in {run.max_tokens} output tokens",
+                )
+            run.max_tokens = min(run.max_tokens * 2, agent.max_tokens_ceiling)
+            truncations += 1
+            await run.emitter.emit(
+                RetryScheduled(
+                    truncations,
+                    0.0,
+                    ResponseInvalid(
+                        f"output cut off at max_tokens; retrying with {run.max_tokens}"
+                    ),
+                    True,
+                )
+            )
+            continue
+
+        if pending:
+            response = response.model_copy(update={"content": (*pending, *response.content)})
+        return response
+
+
+def _joined_text(pending: list[Part], response: ModelResponse) -> str:
+    return "".join(p.text for p in (*pending, *response.content) if isinstance(p, TextPart))
+
+
+def refusal_text(response: ModelResponse) -> str:
+    """An honest sentence for a refusal, naming its category."""
+    details = response.stop_details or {}
+    category = details.get("category") or "not given"
+    text = f"The model declined to respond (refusal; category: {category})."
+    explanation = details.get("explanation")
+    if explanation:
+        text += f" Explanation: {explanation}"
+    said = response.text.strip()
+    if said:
+        text += f" The model said: {said}"
+    return text

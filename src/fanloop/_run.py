@@ -1,0 +1,185 @@
+"""The state of one run: the conversation, its accounting, and the small steps on it."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from ._dispatch import Emitter
+from ._result import RunResult, TerminationReason
+from .catalog import cost_of
+from .events import BudgetWarning, ContextUsage, MessageAppended, ResponseCompleted, UsageUpdated
+from .limits import Budget, StallDetector
+from .messages import Message, Part, TextPart
+from .providers._types import ModelRequest, ModelResponse, Usage
+
+if TYPE_CHECKING:
+    from ._agent import Agent
+    from .sessions import Session
+
+__all__ = ["RunState"]
+
+
+class RunState:
+    """Everything one run of one agent knows; a sub-agent's run has its own.
+
+    The conversation lives here (and in the session, when there is one), never on the agent.
+    """
+
+    __slots__ = (
+        "agent",
+        "budget",
+        "context_tokens",
+        "deps",
+        "depth",
+        "emitter",
+        "ending",
+        "max_tokens",
+        "messages",
+        "new_message_index",
+        "parent",
+        "run_id",
+        "session",
+        "stall",
+        "started",
+        "tool_calls",
+        "turns",
+        "usage",
+        "warned_turns",
+    )
+
+    def __init__(
+        self,
+        agent: Agent,
+        emitter: Emitter,
+        budget: Budget,
+        *,
+        messages: list[Message],
+        session: Session | None = None,
+        deps: Any = None,
+        depth: int = 0,
+        parent: RunState | None = None,
+    ) -> None:
+        self.agent = agent
+        self.emitter = emitter
+        self.budget = budget
+        self.messages = messages
+        self.new_message_index = len(messages)
+        self.session = session
+        self.deps = deps
+        self.depth = depth
+        self.parent = parent
+        self.run_id = uuid.uuid4().hex[:16]
+        self.started = time.monotonic()
+        self.turns = 0
+        self.tool_calls = 0
+        self.usage = Usage()
+        self.stall = StallDetector(agent.limits.stall_threshold)
+        self.max_tokens = agent.max_tokens
+        self.context_tokens = 0
+        self.ending: tuple[TerminationReason, str | None] | None = None
+        self.warned_turns = False
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    # -- conversation ----------------------------------------------------------------------
+
+    async def append(self, message: Message) -> None:
+        """Add a message to the conversation, persist it, and announce it."""
+        if self.session is not None:
+            await self.session.append(message)
+        self.messages.append(message)
+        if self.emitter.wants("message_appended"):
+            await self.emitter.emit(MessageAppended(message, len(self.messages) - 1))
+
+    def request(self, pending: list[Part], max_tokens: int) -> ModelRequest:
+        """The model request for the conversation so far (plus a paused turn's content)."""
+        agent = self.agent
+        messages = tuple(self.messages)
+        if pending:
+            messages += (Message.model_construct(role="assistant", content=tuple(pending)),)
+        return ModelRequest.model_construct(
+            system=agent.system_prompt,
+            messages=messages,
+            tools=agent.tool_specs,
+            max_tokens=max_tokens,
+            temperature=agent.temperature,
+            stop_sequences=(),
+            thinking_budget=agent.thinking_budget,
+            hosted_tools=agent.hosted_tools,
+            extra={},
+        )
+
+    # -- accounting ------------------------------------------------------------------------
+
+    async def account(self, response: ModelResponse, reserved: int) -> None:
+        """Charge a response to this run and its budget, and announce usage and context."""
+        usage = response.usage
+        self.budget.settle(reserved, usage, self.agent.model)
+        self.usage = self.usage + usage
+        parent = self.parent
+        while parent is not None:  # a sub-agent's usage rolls up into every ancestor's
+            parent.usage = parent.usage + usage
+            parent = parent.parent
+        if usage.total_input_tokens:
+            self.context_tokens = usage.total_input_tokens + usage.output_tokens
+        emitter = self.emitter
+        turn = self.turns
+        await emitter.emit(ResponseCompleted(response, turn))
+        if emitter.wants("usage_updated"):
+            await emitter.emit(UsageUpdated(usage, self.usage, self.elapsed))
+        if emitter.wants("context_usage"):
+            await emitter.emit(ContextUsage(self.context_tokens, self.agent.context_window))
+        await self.warn()
+
+    async def warn(self) -> None:
+        """Announce limits that crossed their warning share."""
+        limits = self.agent.limits
+        if (
+            not self.warned_turns
+            and limits.max_turns
+            and self.turns >= limits.max_turns * limits.warn_at
+        ):
+            self.warned_turns = True
+            await self.emitter.emit(BudgetWarning("turns", self.turns, limits.max_turns))
+        for kind, used, limit in self.budget.warnings():
+            await self.emitter.emit(BudgetWarning(kind, used, limit))
+
+    # -- ending ----------------------------------------------------------------------------
+
+    def end(self, reason: TerminationReason, detail: str | None = None) -> None:
+        """Mark the run as ending with ``reason`` (the loop stops at its next step)."""
+        if self.ending is None:
+            self.ending = (reason, detail)
+
+    def result(
+        self, reason: TerminationReason, *, text: str | None = None, detail: str | None = None
+    ) -> RunResult:
+        """The :class:`RunResult` of this run as it stands."""
+        if text is None:
+            text = _last_text(self.messages, self.new_message_index)
+        return RunResult.model_construct(
+            text=text,
+            messages=tuple(self.messages),
+            usage=self.usage,
+            turns=self.turns,
+            elapsed=self.elapsed,
+            termination_reason=reason,
+            run_id=self.run_id,
+            new_message_index=self.new_message_index,
+            tool_calls=self.tool_calls,
+            cost_usd=cost_of(self.agent.model, self.usage),
+            detail=detail,
+        )
+
+
+def _last_text(messages: list[Message], start: int) -> str:
+    for message in reversed(messages[start:]):
+        if message.role == "assistant":
+            text = "".join(p.text for p in message.content if isinstance(p, TextPart))
+            if text:
+                return text
+    return ""
