@@ -1,0 +1,262 @@
+"""MCP tools as ordinary fanloop tools: :class:`MCPTool`, :func:`load_mcp_tools`.
+
+A call never raises out of :meth:`MCPTool.run`: a server error, a crashed server, a closed
+connection or a call that passes its timeout all come back as a :class:`~fanloop.ToolResult`
+with ``is_error=True`` and a message the model can read.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+from mcp_types import (
+    CONNECTION_CLOSED,
+    REQUEST_TIMEOUT,
+    AudioContent,
+    BlobResourceContents,
+    CallToolResult,
+    EmbeddedResource,
+    ImageContent,
+    ResourceLink,
+    TextContent,
+    TextResourceContents,
+)
+from mcp_types import Tool as RemoteTool
+
+from mcp import MCPError
+
+from .._log import logger
+from ..errors import ConfigurationError
+from ..tools.base import Tool, ToolResult
+from ._server import MCPServer, MCPServerError, _describe
+
+__all__ = ["MCPTool", "load_mcp_tools", "open_mcp_tools"]
+
+_NAME_OK = re.compile(r"[^A-Za-z0-9_-]")
+_MAX_NAME = 64
+
+
+class MCPTool(Tool):
+    """A tool that lives on an MCP server; calling it calls the server.
+
+    Built by :func:`load_mcp_tools`. ``dangerous`` is ``False`` and ``concurrent_safe`` is
+    ``True`` only when the server marks the tool read-only (``annotations.read_only_hint``);
+    both are plain attributes, so an application that trusts a server may change them.
+
+    Attributes:
+        server: the :class:`MCPServer` the tool is called through.
+        remote_name: the tool's name on the server (``name`` may carry a prefix).
+        read_only: the server marked the tool read-only.
+        annotations: the server's hints as a plain dict (``read_only_hint``,
+            ``destructive_hint``, ``idempotent_hint``, ``open_world_hint``, ``title``).
+    """
+
+    def __init__(
+        self,
+        server: MCPServer,
+        remote: RemoteTool,
+        *,
+        name: str | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Wrap one tool of ``server`` as listed by the SDK.
+
+        Args:
+            server: the server to call.
+            remote: the SDK's description of the tool.
+            name: the name the model sees; defaults to the remote name.
+            timeout: seconds before a call becomes an error result (``None``: no limit).
+        """
+        self.server = server
+        self.remote_name = remote.name
+        self.name = name or remote.name
+        self.description = remote.description or remote.title or ""
+        self.parameters = dict(remote.input_schema)
+        hints = remote.annotations
+        self.annotations: dict[str, Any] = (
+            hints.model_dump(exclude_none=True) if hints is not None else {}
+        )
+        self.read_only = bool(hints is not None and hints.read_only_hint)
+        self.dangerous = not self.read_only
+        self.concurrent_safe = self.read_only
+        self.timeout = timeout
+
+    async def run(self, **kwargs: Any) -> ToolResult:
+        """Call the remote tool; every failure becomes an error result."""
+        try:
+            result = await self.server.call_tool(self.remote_name, kwargs, timeout=self.timeout)
+        except MCPError as err:
+            return self._failed(err)
+        except MCPServerError as err:
+            logger.warning("mcp_tool_unavailable", tool=self.name, error=str(err))
+            return ToolResult(str(err), is_error=True)
+        except Exception as err:  # the transport's errors are many; none may escape
+            logger.warning("mcp_tool_failed", tool=self.name, error=repr(err))
+            return ToolResult(
+                f"MCP tool {self.name!r} failed: {_describe(err)}",
+                is_error=True,
+            )
+        return convert_result(result, tool=self.name, server=self.server.name)
+
+    def _failed(self, err: MCPError) -> ToolResult:
+        server = self.server.name
+        if err.code == REQUEST_TIMEOUT:
+            logger.warning("mcp_tool_timeout", tool=self.name, server=server, timeout=self.timeout)
+            limit = f" within {self.timeout:g} s" if self.timeout is not None else ""
+            text = f"MCP tool {self.name!r} did not answer{limit}."
+        elif err.code == CONNECTION_CLOSED:
+            logger.warning(
+                "mcp_server_connection_closed",
+                tool=self.name,
+                server=server,
+                stderr=self.server.stderr_tail(),
+            )
+            text = (
+                f"MCP server {server!r} closed the connection (it may have crashed); "
+                f"tool {self.name!r} is unavailable."
+            )
+        else:
+            logger.info("mcp_tool_error", tool=self.name, server=server, code=err.code)
+            text = f"MCP tool {self.name!r} failed: {err.message} (MCP error {err.code})"
+        return ToolResult(text, is_error=True)
+
+
+def convert_result(result: CallToolResult, *, tool: str, server: str) -> ToolResult:
+    """Turn the SDK's ``CallToolResult`` into a :class:`~fanloop.ToolResult`.
+
+    Text blocks are joined with newlines; when there is no text at all, the structured content
+    is given as JSON. Images, audio and binary resources are summarised in one line each;
+    embedded text resources are included with their URI. ``is_error`` is carried over, and
+    the structured content (when any) is kept in ``metadata["structured_content"]``.
+    """
+    parts: list[str] = []
+    has_text = False
+    for block in result.content:
+        if isinstance(block, TextContent):
+            has_text = True
+            parts.append(block.text)
+        elif isinstance(block, ImageContent | AudioContent):
+            kind = "image" if isinstance(block, ImageContent) else "audio"
+            parts.append(f"[{kind}: {block.mime_type}, {_b64_size(block.data)} bytes]")
+        elif isinstance(block, ResourceLink):
+            parts.append(f"[resource link: {block.name} <{block.uri}>]")
+        elif isinstance(block, EmbeddedResource):
+            res = block.resource
+            if isinstance(res, TextResourceContents):
+                has_text = True
+                parts.append(f"[resource <{res.uri}>]\n{res.text}")
+            elif isinstance(res, BlobResourceContents):
+                mime = res.mime_type or "application/octet-stream"
+                parts.append(f"[resource <{res.uri}>: {mime}, {_b64_size(res.blob)} bytes]")
+        else:  # a block type newer than this code
+            parts.append(f"[{getattr(block, 'type', type(block).__name__)} content]")
+    structured = result.structured_content
+    if structured is not None and not has_text:
+        parts.insert(0, json.dumps(structured, ensure_ascii=False, default=str))
+    text = "\n".join(parts)
+    if result.is_error and not text:
+        text = f"MCP tool {tool!r} failed without a message."
+    metadata: dict[str, Any] = {"mcp_server": server}
+    if structured is not None:
+        metadata["structured_content"] = structured
+    return ToolResult(text, is_error=result.is_error, metadata=metadata)
+
+
+def _b64_size(data: str) -> int:
+    data = data.strip()
+    return max(0, len(data) * 3 // 4 - data[-2:].count("="))
+
+
+def _local_name(remote: str, prefix: str | None) -> str:
+    name = f"{prefix}_{remote}" if prefix else remote
+    return _NAME_OK.sub("_", name)[:_MAX_NAME]
+
+
+async def load_mcp_tools(
+    server: MCPServer,
+    *,
+    prefix: str | None = None,
+    include: Iterable[str] | None = None,
+    timeout: float | None = None,
+) -> list[Tool]:
+    """List an open server's tools and wrap each as a :class:`~fanloop.Tool`.
+
+    Args:
+        server: an :class:`MCPServer` inside its ``async with`` block.
+        prefix: prepended to each tool's name with an underscore (``prefix="fs"`` turns
+            ``read`` into ``fs_read``), to keep apart the tools of several servers. Names are
+            also made safe for model APIs: characters outside ``[A-Za-z0-9_-]`` become ``_``.
+            Defaults to the server's ``prefix``.
+        include: load only these tools (remote names); defaults to the server's ``include``,
+            or every tool.
+        timeout: seconds before a call becomes an error result; defaults to the server's
+            ``timeout`` (60 s unless set).
+
+    Returns:
+        One :class:`MCPTool` per remote tool, in the server's order.
+
+    Raises:
+        MCPServerError: the server is not open, failed, or did not answer.
+        ConfigurationError: ``include`` names a tool the server does not have, or two tools
+            end up with the same name.
+    """
+    prefix = prefix if prefix is not None else server.prefix
+    wanted = tuple(include) if include is not None else server.include
+    call_timeout = timeout if timeout is not None else server.timeout
+    remote = await server.list_tools()
+    if wanted is not None:
+        available = {t.name for t in remote}
+        missing = [n for n in wanted if n not in available]
+        if missing:
+            raise ConfigurationError(
+                f"MCP server {server.name!r} has no tool {', '.join(map(repr, missing))}; "
+                f"it has: {', '.join(sorted(available)) or 'none'}"
+            )
+        remote = [t for t in remote if t.name in wanted]
+    tools: list[Tool] = []
+    seen: dict[str, str] = {}
+    for spec in remote:
+        name = _local_name(spec.name, prefix)
+        if name in seen:
+            raise ConfigurationError(
+                f"MCP server {server.name!r}: tools {seen[name]!r} and {spec.name!r} would both "
+                f"be named {name!r}; pass include= to choose"
+            )
+        seen[name] = spec.name
+        tools.append(MCPTool(server, spec, name=name, timeout=call_timeout))
+    logger.debug("mcp_tools_loaded", server=server.name, count=len(tools))
+    return tools
+
+
+@asynccontextmanager
+async def open_mcp_tools(servers: Sequence[MCPServer]) -> AsyncIterator[list[Tool]]:
+    """Open several servers, load all their tools, and close the servers at the end.
+
+    Each server's own ``prefix``, ``include`` and ``timeout`` apply. This is the way for code
+    that owns servers (an agent, once per run) to get their tools::
+
+        async with open_mcp_tools([github, files]) as tools:
+            ...
+
+    Raises:
+        MCPConnectionError: a server could not be opened (those already open are closed).
+        ConfigurationError: two servers offer a tool with the same name (use ``prefix``).
+    """
+    async with AsyncExitStack() as stack:
+        tools: list[Tool] = []
+        owner: dict[str, str] = {}
+        for server in servers:
+            await stack.enter_async_context(server)
+            for t in await load_mcp_tools(server):
+                if t.name in owner:
+                    raise ConfigurationError(
+                        f"tool {t.name!r} is offered by MCP servers {owner[t.name]!r} and "
+                        f"{server.name!r}; give one of them a prefix"
+                    )
+                owner[t.name] = server.name
+                tools.append(t)
+        yield tools

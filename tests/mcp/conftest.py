@@ -1,0 +1,77 @@
+"""Fixtures for the MCP tests: real MCP servers, over stdio and streamable HTTP.
+
+The servers live in ``servers/``. A stdio server is started by the test itself (inside
+``async with server:``, because the SDK's task groups must be entered and left by the same
+task, which pytest-asyncio's async fixtures do not guarantee). An HTTP server runs as a
+subprocess that prints ``PORT <n>`` once its socket listens; the fixture waits for that line.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fanloop.mcp import MCPServer
+
+SERVERS = Path(__file__).parent / "servers"
+TOOLS_SERVER = SERVERS / "tools_server.py"
+
+
+@pytest.fixture
+def stdio_server() -> Callable[..., MCPServer]:
+    """Build (not start) an ``MCPServer`` for ``servers/tools_server.py`` over stdio."""
+
+    def make(**kwargs: Any) -> MCPServer:
+        return MCPServer.stdio(sys.executable, [str(TOOLS_SERVER)], **kwargs)
+
+    return make
+
+
+class HttpServerProcess:
+    """``tools_server.py --http`` in a subprocess, ready to accept connections."""
+
+    def __init__(self) -> None:
+        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
+        self.process = subprocess.Popen(
+            [sys.executable, str(TOOLS_SERVER), "--http"],
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()  # blocks until the socket listens, or EOF
+        if not line.startswith("PORT "):
+            self.close()
+            self.stderr.seek(0)
+            raise RuntimeError(f"HTTP MCP server did not start: {self.stderr.read()!r}")
+        self.url = f"http://127.0.0.1:{int(line.split()[1])}/mcp"
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        assert self.process.stdout is not None
+        self.process.stdout.close()
+        self.stderr.close()
+
+
+@pytest.fixture(scope="session")
+def http_url() -> Iterator[str]:
+    """The URL of an HTTP MCP server shared by the session's tests (do not crash it)."""
+    server = HttpServerProcess()
+    yield server.url
+    server.close()
+
+
+@pytest.fixture
+def private_http_server() -> Iterator[HttpServerProcess]:
+    """An HTTP MCP server of this test's own (for the tests that crash it)."""
+    server = HttpServerProcess()
+    yield server
+    server.close()
