@@ -1,0 +1,47 @@
+"""Durable conversations: sessions, their stores, and tool-effect receipts.
+
+::
+
+    from fanloop.sessions import SQLiteStore
+
+    store = SQLiteStore(".fanloop/sessions.db")
+    session = await store.open("support-42")      # created if new, loaded if not
+    await session.append(Message.user("hello"))   # on disk before it returns
+
+A :class:`Session` persists every message as it is appended and keeps a receipt for every
+dangerous tool call (written ``started`` before the tool runs, ``committed`` after), so a
+process that dies loses nothing already done and a resumed run knows which effects are
+uncertain. Stores are pluggable behind the :class:`SessionStore` protocol; fanloop ships
+:class:`MemoryStore` and :class:`SQLiteStore`. See ``docs/sessions.md``.
+"""
+
+from ._errors import EffectConflict, SessionConflict, SessionError, SessionNotFound
+from ._memory import MemoryStore
+from ._models import (
+    EffectReceipt,
+    EffectStatus,
+    SessionInfo,
+    SessionRecord,
+    arguments_hash,
+    new_session_id,
+)
+from ._session import Session
+from ._sqlite import SQLiteStore
+from ._store import SessionStore
+
+__all__ = [
+    "EffectConflict",
+    "EffectReceipt",
+    "EffectStatus",
+    "MemoryStore",
+    "SQLiteStore",
+    "Session",
+    "SessionConflict",
+    "SessionError",
+    "SessionInfo",
+    "SessionNotFound",
+    "SessionRecord",
+    "SessionStore",
+    "arguments_hash",
+    "new_session_id",
+]
