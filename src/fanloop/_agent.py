@@ -117,6 +117,39 @@ class Agent:
         "workspace",
     )
 
+    provider: Any
+    provider_name: str
+    model: str
+    name: str
+    system: str | None
+    system_prompt: str | None
+    limits: Limits
+    retry: RetryPolicy
+    confirm: ConfirmFn | None
+    auto_approve: bool
+    observer: LoopObserver | None
+    hooks: Hooks | None
+    delegation: bool
+    memory: bool
+    skills: bool
+    workspace: str | None
+    max_depth: int
+    temperature: float | None
+    thinking_budget: int | None
+    compact_threshold: float
+    max_concurrency: int | None
+    tool_concurrency: dict[str, int]
+    context_window: int
+    max_tokens: int
+    max_tokens_ceiling: int
+    hosted_tools: tuple[HostedTool, ...]
+    limiters: LimiterPool
+    tools: dict[str, Tool]
+    tool_specs: tuple[ToolSpec, ...]
+    _tool_async: dict[str, bool]
+    _invoke: Any
+    _table: dict[str, tuple[Any, ...]]
+
     def __init__(
         self,
         provider: Provider | str | Sequence[Any] | None = None,
@@ -246,6 +279,11 @@ class Agent:
         for t in all_tools:
             if t.name in by_name:
                 raise ConfigurationError(f"two tools are named {t.name!r}")
+            if t.concurrency_key is not None and t.concurrency_key not in _limiters.keys:
+                raise ConfigurationError(
+                    f"tool {t.name!r} uses concurrency key {t.concurrency_key!r}; give its "
+                    f"limit with Agent(concurrency_limits={{{t.concurrency_key!r}: N}})"
+                )
             by_name[t.name] = t
         set_("tools", by_name)
         set_("tool_specs", tuple(_spec(t) for t in all_tools))
@@ -292,13 +330,7 @@ class Agent:
             out.append(self.limiters.get(f"tool:{id(self)}:{t.name}", cap))
         key = t.concurrency_key
         if key is not None:
-            total = self.limiters.keys.get(key)
-            if total is None:
-                raise ConfigurationError(
-                    f"tool {t.name!r} uses concurrency key {key!r}, but the agent has no "
-                    f"concurrency_limits entry for it"
-                )
-            out.append(self.limiters.get(f"key:{key}", total))
+            out.append(self.limiters.get(f"key:{key}", self.limiters.keys[key]))
         return out
 
     def with_options(self, **changes: Any) -> Agent:

@@ -12,4 +12,3 @@ __all__ = ["check_context"]
 
 async def check_context(run: RunState) -> None:
     """Compact older history when the conversation fills too much of the context window."""
-    return None

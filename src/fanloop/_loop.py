@@ -1,7 +1,7 @@
 """The turn loop. It shows the order of a round and nothing else (DESIGN §2)::
 
     loop until a limit ends it:
-        round-entry guards            # turns, tokens, cost, tool calls (the deadline is a cancel scope)
+        round-entry guards            # turns, tokens, cost, tool calls; deadline: a cancel scope
         context check                 # compact if usage crossed the threshold
         response = stream the model   # with retries; deltas go out as events
         if no tool calls: finish

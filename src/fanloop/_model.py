@@ -23,7 +23,6 @@ from .events import (
     RetryScheduled,
     TextDelta,
     ThinkingDelta,
-    ToolCallDelta,
     ToolCallStarted,
 )
 from .messages import Part, TextPart, ThinkingPart, ToolCallPart

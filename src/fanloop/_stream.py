@@ -6,6 +6,8 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any
 
+import contextlib
+
 import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -82,10 +84,8 @@ class RunStream:
 
     async def _deliver(self, event: Event) -> None:
         assert self._send is not None
-        try:
-            await self._send.send(event)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            pass  # the consumer left; the run is being cancelled
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await self._send.send(event)  # (a consumer that left is cancelling the run)
 
     def __aiter__(self) -> RunStream:
         return self
@@ -111,7 +111,8 @@ class RunStream:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        assert self._tg is not None and self._recv is not None
+        assert self._tg is not None
+        assert self._recv is not None
         if self._result is None or exc_type is not None:
             self._recv.close()  # wakes a producer blocked on a full buffer
             self._tg.cancel_scope.cancel()

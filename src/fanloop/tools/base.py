@@ -28,7 +28,7 @@ import contextvars
 import inspect
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, get_type_hints, overload
 
@@ -184,8 +184,12 @@ class Tool(ABC):
         return dict(arguments)
 
     @abstractmethod
-    def run(self, **kwargs: Any) -> Awaitable[ToolResult | str] | ToolResult | str:
-        """Do the work. ``async def`` or plain ``def`` (which runs in a worker thread)."""
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        """Do the work: return a :class:`ToolResult`, a string, or any JSON-able value.
+
+        ``async def`` or plain ``def`` (which runs in a worker thread). The loop calls it with
+        the validated arguments as keyword arguments.
+        """
 
     def __repr__(self) -> str:
         flags = [f for f in ("dangerous", "concurrent_safe") if getattr(self, f)]
