@@ -16,7 +16,6 @@ from fanloop.testing import ScriptedProvider, call, reply
 from helpers import collect
 
 
-
 def batch(*calls: ToolCallPart) -> ScriptedProvider:
     """A model that asks for ``calls`` in one turn, then answers "done"."""
     return ScriptedProvider([reply(tool_calls=list(calls)), "done"])
@@ -245,8 +244,12 @@ async def test_dangerous_calls_run_serially_each_behind_the_gate() -> None:
     provider = batch(call("rm", path="a"), call("rm", path="b"))
     await Agent(provider, tools=[rm], confirm=confirm).run("go")
     assert log == [
-        "ask:rm(path='a')", "run:a", "done:a",
-        "ask:rm(path='b')", "run:b", "done:b",
+        "ask:rm(path='a')",
+        "run:a",
+        "done:a",
+        "ask:rm(path='b')",
+        "run:b",
+        "done:b",
     ]
 
 
@@ -269,7 +272,9 @@ async def test_confirm_declines(answer: Any, expected: str) -> None:
         ran = True
         return "deployed"
 
-    result = await Agent(batch(call("deploy")), tools=[deploy], confirm=lambda n, p: answer).run("go")
+    result = await Agent(batch(call("deploy")), tools=[deploy], confirm=lambda n, p: answer).run(
+        "go"
+    )
     [res] = results_of(result)
     assert not ran
     assert res.content == expected
@@ -484,7 +489,9 @@ async def test_keyed_limit_is_shared_across_tools() -> None:
     async def db_probe(n: int) -> str:
         """Probe."""
         shared["active"] += 1
-        shared["peak"] = max(shared["peak"], shared["active"] + r_state["active"] + w_state["active"])
+        shared["peak"] = max(
+            shared["peak"], shared["active"] + r_state["active"] + w_state["active"]
+        )
         await anyio.sleep(0)
         shared["active"] -= 1
         return str(n)
