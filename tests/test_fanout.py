@@ -12,7 +12,6 @@ from fanloop import Agent, RunContext, Tool, ToolResult, tool
 from fanloop.errors import ToolError
 from fanloop.messages import INVALID_ARGUMENTS_KEY, ToolCallPart, ToolResultPart
 from fanloop.testing import ScriptedProvider, call, reply
-
 from helpers import collect
 
 
@@ -73,7 +72,7 @@ async def test_malformed_json_arguments_never_crash_the_run() -> None:
 async def test_hand_written_tool_schema_is_checked() -> None:
     class Shout(Tool):
         name = "shout"
-        parameters = {  # noqa: RUF012
+        parameters = {
             "type": "object",
             "properties": {"text": {"type": "string"}},
             "required": ["text"],

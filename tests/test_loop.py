@@ -21,7 +21,6 @@ from fanloop.errors import (
 from fanloop.messages import Message, TextPart, ToolResultPart
 from fanloop.providers import ModelRequest, ModelResponse, StopReason, Usage
 from fanloop.testing import ScriptedProvider, call, reply
-
 from helpers import collect
 
 FAST = RetryPolicy(max_retries=3, base_delay=0.001, max_delay=0.01, jitter=False)
