@@ -5,13 +5,13 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..messages import Message
 from ._errors import SessionConflict, SessionError, SessionNotFound
 from ._models import (
+    Clock,
     EffectReceipt,
     EffectStatus,
     SessionInfo,
@@ -57,6 +57,7 @@ class MemoryStore:
         """Make an empty store."""
         self._sessions: dict[str, _Entry] = {}
         self._lock = threading.Lock()
+        self._clock = Clock()
         self._closed = False
 
     def __repr__(self) -> str:
@@ -107,7 +108,7 @@ class MemoryStore:
         with self._lock:
             if self._closed:
                 raise SessionError("the session store is closed")
-            now = time.time()
+            now = self._clock()
             entry = self._sessions.setdefault(session_id, _Entry(now, now))
             return entry.record(session_id)
 
@@ -129,21 +130,21 @@ class MemoryStore:
                     session_id=session_id,
                 )
             entry.messages = (*entry.messages, *messages)
-            entry.updated_at = time.time()
+            entry.updated_at = self._clock()
 
     async def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:
         """Replace the whole history."""
         with self._lock:
             entry = self._get(session_id)
             entry.messages = tuple(messages)
-            entry.updated_at = time.time()
+            entry.updated_at = self._clock()
 
     async def update_metadata(self, session_id: str, changes: Mapping[str, Any]) -> dict[str, Any]:
         """Merge ``changes`` into the metadata; ``None`` removes a key."""
         with self._lock:
             entry = self._get(session_id)
             entry.metadata = _merged(entry.metadata, changes)
-            entry.updated_at = time.time()
+            entry.updated_at = self._clock()
             return dict(entry.metadata)
 
     async def add_receipt(self, receipt: EffectReceipt) -> EffectReceipt:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import secrets
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -13,6 +15,7 @@ from typing import Any
 from ..messages import Message, ToolResultPart
 
 __all__ = [
+    "Clock",
     "EffectReceipt",
     "EffectStatus",
     "SessionInfo",
@@ -134,3 +137,20 @@ def title_of(metadata: Mapping[str, Any]) -> str | None:
     """``metadata["title"]`` when it is a string, else ``None``."""
     title = metadata.get("title")
     return title if isinstance(title, str) else None
+
+
+class Clock:
+    """``time.time()``, but strictly increasing: stores stamp ``updated_at`` with it (under
+    their lock), so listings keep the order of the writes even on a coarse system clock."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last = 0.0
+
+    def __call__(self) -> float:
+        now = time.time()
+        if now <= self._last:
+            now = math.nextafter(self._last, math.inf)
+        self._last = now
+        return now

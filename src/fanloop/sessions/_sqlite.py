@@ -22,7 +22,6 @@ import json
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -33,6 +32,7 @@ from .._log import logger
 from ..messages import Message, ToolResultPart
 from ._errors import SessionConflict, SessionError, SessionNotFound
 from ._models import (
+    Clock,
     EffectReceipt,
     EffectStatus,
     SessionInfo,
@@ -129,6 +129,7 @@ class SQLiteStore:
         self._busy_timeout = busy_timeout
         self._synchronous = synchronous
         self._lock = threading.Lock()
+        self._clock = Clock()
         self._conn: sqlite3.Connection | None = None
         self._closed = False
 
@@ -223,9 +224,9 @@ class SQLiteStore:
         """Create the session if needed and return what is stored."""
         if not session_id:
             raise ValueError("a session id cannot be empty")
-        now = time.time()
 
         def open_(conn: sqlite3.Connection) -> SessionRecord:
+            now = self._clock()
             conn.execute(
                 "INSERT INTO sessions (id, created_at, updated_at) VALUES (?, ?, ?) "
                 "ON CONFLICT (id) DO NOTHING",
@@ -246,13 +247,12 @@ class SQLiteStore:
         rows = [
             (session_id, start + i, m.role, m.model_dump_json()) for i, m in enumerate(messages)
         ]
-        now = time.time()
 
         def append(conn: sqlite3.Connection) -> None:
             cursor = conn.execute(
                 "UPDATE sessions SET message_count = ?, updated_at = ? "
                 "WHERE id = ? AND message_count = ?",
-                (start + len(rows), now, session_id, start),
+                (start + len(rows), self._clock(), session_id, start),
             )
             if cursor.rowcount != 1:
                 count = _message_count(conn, session_id)
@@ -270,12 +270,11 @@ class SQLiteStore:
     async def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:
         """Replace the whole history in one transaction."""
         rows = [(session_id, i, m.role, m.model_dump_json()) for i, m in enumerate(messages)]
-        now = time.time()
 
         def replace(conn: sqlite3.Connection) -> None:
             cursor = conn.execute(
                 "UPDATE sessions SET message_count = ?, updated_at = ? WHERE id = ?",
-                (len(rows), now, session_id),
+                (len(rows), self._clock(), session_id),
             )
             if cursor.rowcount != 1:
                 raise SessionNotFound(session_id)
@@ -288,7 +287,6 @@ class SQLiteStore:
 
     async def update_metadata(self, session_id: str, changes: Mapping[str, Any]) -> dict[str, Any]:
         """Merge ``changes`` into the metadata; ``None`` removes a key."""
-        now = time.time()
 
         def update(conn: sqlite3.Connection) -> dict[str, Any]:
             row = conn.execute(
@@ -300,7 +298,7 @@ class SQLiteStore:
             metadata = {k: v for k, v in merged.items() if v is not None}
             conn.execute(
                 "UPDATE sessions SET metadata = ?, updated_at = ? WHERE id = ?",
-                (json.dumps(metadata), now, session_id),
+                (json.dumps(metadata), self._clock(), session_id),
             )
             return metadata
 
@@ -316,9 +314,12 @@ class SQLiteStore:
                 "ON CONFLICT (session_id, call_id) DO NOTHING",
                 _receipt_row(receipt),
             )
-            stored = _get_receipt(conn, receipt.session_id, receipt.call_id)
-            assert stored is not None
-            return stored
+            return _receipt(
+                conn.execute(
+                    f"SELECT {_EFFECT_COLUMNS} FROM effects WHERE session_id = ? AND call_id = ?",
+                    (receipt.session_id, receipt.call_id),
+                ).fetchone()
+            )
 
         return await self._write(add)
 
