@@ -139,19 +139,25 @@ class _Connection:
 
     async def _run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         started = False
+        limit = self.server.connect_timeout
+        # The handshake's deadline: a scope around the client's whole life (the client's task
+        # groups must sit inside it), lifted once connected. The SDK's own probe waits 10 s.
+        handshake = anyio.CancelScope(deadline=anyio.current_time() + limit)
         try:
-            async with AsyncExitStack() as stack:
-                transport = await self.server._transport(stack, self.stderr)
-                # The session's default read timeout bounds the handshake and list_tools;
-                # each tool call passes its own.
-                client = Client(
-                    transport, read_timeout_seconds=self.server.connect_timeout, cache=None
-                )
-                await stack.enter_async_context(client)
-                self.client = client
-                task_status.started()
-                started = True
-                await self._closing.wait()
+            with handshake:
+                async with AsyncExitStack() as stack:
+                    transport = await self.server._transport(stack, self.stderr)
+                    # The session's default read timeout bounds list_tools too; each tool
+                    # call passes its own.
+                    client = Client(transport, read_timeout_seconds=limit, cache=None)
+                    await stack.enter_async_context(client)
+                    handshake.deadline = math.inf
+                    self.client = client
+                    task_status.started()
+                    started = True
+                    await self._closing.wait()
+            if handshake.cancelled_caught and not started:
+                self.failure = TimeoutError(f"no answer within {limit:g} s")
         except Exception as err:  # whatever ends the transport is reported, never raised
             self.failure = err
             if started:
@@ -381,7 +387,7 @@ class MCPServer:
         return streamable_http_client(spec.url, http_client=client)
 
     def _connect_error(self, err: Exception, stderr: str | None) -> MCPConnectionError:
-        if isinstance(err, MCPError) and err.code == REQUEST_TIMEOUT:
+        if isinstance(err, TimeoutError) or _is_mcp_error(err, REQUEST_TIMEOUT):
             reason = f"no answer within {self.connect_timeout:g} s"
         else:
             reason = _describe(err)
@@ -472,6 +478,13 @@ def _read_tail(file: IO[bytes] | None) -> str | None:
         return None
     text = data.decode("utf-8", "replace").strip()
     return text or None
+
+
+def _is_mcp_error(err: BaseException, code: int) -> bool:
+    """Whether ``err`` is, or is a group holding, an SDK error with this code."""
+    if isinstance(err, BaseExceptionGroup):
+        return any(_is_mcp_error(e, code) for e in err.exceptions)
+    return isinstance(err, MCPError) and err.code == code
 
 
 def _describe(err: BaseException) -> str:
