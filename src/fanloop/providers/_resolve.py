@@ -13,17 +13,34 @@ from ..errors import ConfigurationError
 if TYPE_CHECKING:
     from .base import Provider
 
-__all__ = ["from_env", "resolve_provider"]
+__all__ = ["VENDORS", "from_env", "resolve_provider"]
+
+VENDORS = ("anthropic", "openai", "openrouter", "vllm", "ollama")
+"""The vendor prefixes of model strings and the values of ``LLM_PROVIDER``."""
+
+_ANTHROPIC_URL = "https://api.anthropic.com"
+_OPENAI_URL = "https://api.openai.com/v1"
 
 
 def resolve_provider(spec: str, **options: Any) -> Provider:
-    """Build a provider from a ``"vendor:model"`` string such as ``"anthropic:claude-sonnet-4-5"``.
+    """Build a provider from a ``"vendor:model"`` string.
+
+    ``vendor`` is one of ``anthropic``, ``openai``, ``openrouter``, ``vllm`` and ``ollama``;
+    everything after the first colon is the model name (``"openrouter:meta-llama/llama-3:free"``
+    is the model ``meta-llama/llama-3:free``). ``options`` go to the provider's constructor
+    (``api_key``, ``base_url``, ``http_client``, ``timeout``...).
+
+    Example:
+        >>> provider = resolve_provider("anthropic:claude-sonnet-4-5", api_key="sk-test")
+        >>> provider.name, provider.model
+        ('anthropic', 'claude-sonnet-4-5')
 
     Raises:
-        ConfigurationError: the string has no vendor prefix or names an unknown vendor.
+        ConfigurationError: the string has no vendor prefix, names an unknown vendor, or the
+            provider cannot be configured (e.g. no API key).
     """
     vendor, sep, model = spec.partition(":")
-    if not sep or not model:
+    if not sep or not model or not vendor:
         raise ConfigurationError(
             f"model string {spec!r} must look like 'anthropic:MODEL' or 'openai:MODEL'"
         )
@@ -31,28 +48,75 @@ def resolve_provider(spec: str, **options: Any) -> Provider:
         from .anthropic import AnthropicProvider
 
         return AnthropicProvider(model, **options)
+    if vendor not in VENDORS:
+        raise ConfigurationError(
+            f"unknown provider {vendor!r} in {spec!r}; expected one of {', '.join(VENDORS)}"
+        )
+    from .openai import OpenAIProvider
+
     if vendor == "openai":
-        from .openai import OpenAIProvider
-
         return OpenAIProvider(model, **options)
-    raise ConfigurationError(
-        f"unknown provider {vendor!r} in {spec!r}; expected 'anthropic' or 'openai'"
-    )
+    if vendor == "openrouter":
+        return OpenAIProvider.openrouter(model, **options)
+    if vendor == "vllm":
+        return OpenAIProvider.vllm(model, **options)
+    return OpenAIProvider.ollama(model, **options)
 
 
-def from_env(environ: Mapping[str, str] | None = None) -> Provider:
-    """Build the provider that ``LLM_PROVIDER`` / ``LLM_MODEL`` and the key variables describe.
+def _require(env: Mapping[str, str], name: str, why: str) -> str:
+    value = env.get(name)
+    if not value:
+        raise ConfigurationError(f"{name} is not set ({why})")
+    return value
+
+
+def from_env(environ: Mapping[str, str] | None = None, **options: Any) -> Provider:
+    """Build the provider that the environment describes.
+
+    Variables:
+
+    - ``LLM_PROVIDER``: ``anthropic``, ``openai``, ``openrouter``, ``vllm`` or ``ollama``;
+    - ``LLM_MODEL``: the model name;
+    - ``ANTHROPIC_API_KEY`` / ``OPENAI_API_KEY`` / ``OPENROUTER_API_KEY``: required for those
+      vendors (``VLLM_API_KEY`` is optional);
+    - ``ANTHROPIC_BASE_URL``, ``OPENAI_BASE_URL``, ``OPENROUTER_BASE_URL``, ``VLLM_BASE_URL``,
+      ``OLLAMA_BASE_URL``: optional endpoints (OpenAI-style ones end in ``/v1``).
+
+    Only ``environ`` is read (``os.environ`` when it is ``None``). ``options`` go to the
+    provider's constructor, e.g. ``http_client=`` for a shared pool.
+
+    Example:
+        >>> env = {"LLM_PROVIDER": "openai", "LLM_MODEL": "gpt-4.1", "OPENAI_API_KEY": "sk-x"}
+        >>> from_env(env).model
+        'gpt-4.1'
 
     Raises:
-        ConfigurationError: a required variable is missing; the message names it.
+        ConfigurationError: a required variable is missing or invalid; the message names it.
     """
     import os
 
     env = os.environ if environ is None else environ
-    vendor = env.get("LLM_PROVIDER")
-    model = env.get("LLM_MODEL")
-    if not vendor:
-        raise ConfigurationError("LLM_PROVIDER is not set (anthropic or openai)")
-    if not model:
-        raise ConfigurationError("LLM_MODEL is not set")
-    return resolve_provider(f"{vendor}:{model}")
+    vendor = _require(env, "LLM_PROVIDER", f"one of {', '.join(VENDORS)}").strip().lower()
+    if vendor not in VENDORS:
+        raise ConfigurationError(
+            f"LLM_PROVIDER={vendor!r} is not supported; expected one of {', '.join(VENDORS)}"
+        )
+    model = _require(env, "LLM_MODEL", "the model name")
+    if vendor == "anthropic":
+        options.setdefault("api_key", _require(env, "ANTHROPIC_API_KEY", "needed for anthropic"))
+        options.setdefault("base_url", env.get("ANTHROPIC_BASE_URL") or _ANTHROPIC_URL)
+    elif vendor == "openai":
+        options.setdefault("api_key", _require(env, "OPENAI_API_KEY", "needed for openai"))
+        options.setdefault("base_url", env.get("OPENAI_BASE_URL") or _OPENAI_URL)
+    elif vendor == "openrouter":
+        options.setdefault("api_key", _require(env, "OPENROUTER_API_KEY", "needed for openrouter"))
+        if env.get("OPENROUTER_BASE_URL"):
+            options.setdefault("base_url", env["OPENROUTER_BASE_URL"])
+    elif vendor == "vllm":
+        if env.get("VLLM_API_KEY"):
+            options.setdefault("api_key", env["VLLM_API_KEY"])
+        if env.get("VLLM_BASE_URL"):
+            options.setdefault("base_url", env["VLLM_BASE_URL"])
+    elif env.get("OLLAMA_BASE_URL"):
+        options.setdefault("base_url", env["OLLAMA_BASE_URL"])
+    return resolve_provider(f"{vendor}:{model}", **options)

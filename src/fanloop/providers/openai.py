@@ -1,0 +1,576 @@
+"""The OpenAI Chat Completions provider, on the official ``openai`` SDK.
+
+::
+
+    from fanloop.providers.openai import OpenAIProvider
+
+    provider = OpenAIProvider("gpt-4.1")                        # OPENAI_API_KEY from the env
+    local = OpenAIProvider.vllm("Qwen/Qwen3-8B")                # http://localhost:8000/v1
+    routed = OpenAIProvider.openrouter("anthropic/claude-sonnet-4.5")  # OPENROUTER_API_KEY
+
+Any OpenAI-compatible server works through ``base_url``. Like the Anthropic provider, it
+builds the request JSON itself, posts it through the SDK client's ``post()`` (SDK retries off)
+and decodes the SSE chunks itself, assembling tool-call fragments by their ``index``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, ClassVar
+
+import httpx2
+import openai
+
+from ..errors import ConfigurationError, ResponseInvalid, StreamIncomplete
+from ..events import StreamDelta, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallStarted
+from ..messages import (
+    INVALID_ARGUMENTS_KEY,
+    Message,
+    Origin,
+    Part,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+)
+from ._http import DEFAULT_LIMITS, DEFAULT_TIMEOUT, HTTPProvider, SDKErrors, stream_error
+from ._types import ModelRequest, ModelResponse, StopReason, ToolSpec, Usage
+from ._wire import MessageCache, ToolsCache, dumps, parse_arguments
+
+__all__ = ["OpenAIProvider"]
+
+_loads = json.loads
+
+_FINISH_REASONS: dict[str, StopReason] = {
+    "stop": StopReason.END_TURN,
+    "tool_calls": StopReason.TOOL_USE,
+    "function_call": StopReason.TOOL_USE,
+    "length": StopReason.MAX_TOKENS,
+    "content_filter": StopReason.REFUSAL,
+}
+
+OPENROUTER_BASE_URL = "https://openrouter.ai/api/v1"
+VLLM_BASE_URL = "http://localhost:8000/v1"
+OLLAMA_BASE_URL = "http://localhost:11434/v1"
+
+
+_ERRORS = SDKErrors(
+    status=openai.APIStatusError,
+    timeout=openai.APITimeoutError,
+    connection=openai.APIConnectionError,
+    base=openai.OpenAIError,
+)
+
+
+class OpenAIProvider(HTTPProvider):
+    """A model behind an OpenAI Chat Completions endpoint (``POST {base_url}/chat/completions``).
+
+    Args:
+        model: the model name, e.g. ``"gpt-4.1"``.
+        api_key: the API key; the SDK reads ``OPENAI_API_KEY`` when it is ``None``.
+        base_url: the API root *including* ``/v1`` (the SDK reads ``OPENAI_BASE_URL`` when
+            ``None``); any OpenAI-compatible server.
+        http_client: an ``httpx2.AsyncClient`` to use as the connection pool; shareable, never
+            closed by this provider. Without one the provider creates (and closes) its own.
+        timeout: seconds (or an ``httpx2.Timeout``) for each request.
+        name: the provider name reported in responses (the presets set it).
+        max_tokens_field: the body field for the output budget: ``"max_completion_tokens"``
+            (OpenAI) or ``"max_tokens"`` (older compatible servers).
+        include_usage: ask for usage in streams (``stream_options.include_usage``).
+        default_headers: extra headers for every request.
+        extra_body: fields merged into every request body.
+
+    Attributes:
+        name: ``"openai"`` unless set (``"openrouter"``, ``"vllm"``, ``"ollama"`` for presets).
+        model: the model name.
+        hosted_tools: empty: Chat Completions has no hosted tools.
+    """
+
+    _path: ClassVar[str] = "/chat/completions"
+    _api: ClassVar[str] = "chat.completions"
+    hosted_tools: frozenset[str] = frozenset()
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        http_client: httpx2.AsyncClient | None = None,
+        timeout: float | httpx2.Timeout | None = None,
+        name: str = "openai",
+        max_tokens_field: str = "max_completion_tokens",
+        include_usage: bool = True,
+        default_headers: dict[str, str] | None = None,
+        extra_body: dict[str, Any] | None = None,
+    ) -> None:
+        if not model:
+            raise ConfigurationError("OpenAIProvider needs a model name")
+        if api_key is None and not os.environ.get("OPENAI_API_KEY"):
+            raise ConfigurationError(
+                "OpenAIProvider needs an API key: pass api_key= or set OPENAI_API_KEY"
+            )
+        self.name = name
+        self.model = model
+        self._max_tokens_field = max_tokens_field
+        self._include_usage = include_usage
+        self._extra_body = dict(extra_body or {})
+        owns_client = http_client is None
+        options: dict[str, Any] = {}
+        if timeout is not None:
+            options["timeout"] = timeout
+        if base_url is not None:
+            options["base_url"] = base_url
+        if http_client is None:
+            http_client = openai.DefaultAsyncHttpxClient(
+                limits=DEFAULT_LIMITS, timeout=timeout if timeout is not None else DEFAULT_TIMEOUT
+            )
+        try:
+            client = openai.AsyncOpenAI(
+                api_key=api_key,
+                max_retries=0,
+                default_headers=default_headers,
+                http_client=http_client,
+                **options,
+            )
+        except (openai.OpenAIError, TypeError) as exc:
+            raise ConfigurationError(f"cannot configure the OpenAI client: {exc}") from None
+        super().__init__(client, owns_client=owns_client, errors=_ERRORS)
+        self._messages: MessageCache[Message] = MessageCache(self._render_message)
+        self._tools = ToolsCache()
+
+    # -- presets ----------------------------------------------------------------------------
+
+    @classmethod
+    def openrouter(
+        cls,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str = OPENROUTER_BASE_URL,
+        **options: Any,
+    ) -> OpenAIProvider:
+        """A model routed through OpenRouter (``OPENROUTER_API_KEY`` when ``api_key`` is None).
+
+        Model names carry their vendor: ``"anthropic/claude-sonnet-4.5"``, ``"openai/gpt-4.1"``.
+        """
+        key = api_key or os.environ.get("OPENROUTER_API_KEY")
+        if not key:
+            raise ConfigurationError(
+                "OpenRouter needs an API key: pass api_key= or set OPENROUTER_API_KEY"
+            )
+        options.setdefault("name", "openrouter")
+        options.setdefault("max_tokens_field", "max_tokens")
+        return cls(model, api_key=key, base_url=base_url, **options)
+
+    @classmethod
+    def vllm(
+        cls,
+        model: str,
+        *,
+        base_url: str = VLLM_BASE_URL,
+        api_key: str | None = None,
+        **options: Any,
+    ) -> OpenAIProvider:
+        """A model served by vLLM's OpenAI-compatible server (no key needed by default)."""
+        options.setdefault("name", "vllm")
+        options.setdefault("max_tokens_field", "max_tokens")
+        return cls(model, api_key=api_key or "EMPTY", base_url=base_url, **options)
+
+    @classmethod
+    def ollama(
+        cls,
+        model: str,
+        *,
+        base_url: str = OLLAMA_BASE_URL,
+        api_key: str | None = None,
+        **options: Any,
+    ) -> OpenAIProvider:
+        """A model served by Ollama's OpenAI-compatible endpoint."""
+        options.setdefault("name", "ollama")
+        options.setdefault("max_tokens_field", "max_tokens")
+        return cls(model, api_key=api_key or "ollama", base_url=base_url, **options)
+
+    # -- encoding ---------------------------------------------------------------------------
+
+    def _encode(self, request: ModelRequest, *, stream: bool) -> bytes:
+        if request.hosted_tools:
+            raise ConfigurationError(
+                f"{self.name} (Chat Completions) does not support hosted tools: "
+                f"{', '.join(t.kind for t in request.hosted_tools)}"
+            )
+        head: dict[str, Any] = {"model": self.model, self._max_tokens_field: request.max_tokens}
+        if stream:
+            head["stream"] = True
+            if self._include_usage:
+                head["stream_options"] = {"include_usage": True}
+        if request.temperature is not None:
+            head["temperature"] = request.temperature
+        if request.stop_sequences:
+            head["stop"] = list(request.stop_sequences)
+        if self._extra_body:
+            head.update(self._extra_body)
+        if request.extra:
+            head.update(request.extra)
+        if "messages" in head:
+            raise ConfigurationError("'messages' cannot be set through extra fields")
+        extra_tools = head.pop("tools", None)
+        pieces = [dumps(head)[:-1]]
+        if request.tools or extra_tools:
+            tools = self._tools.get(request.tools, (), lambda: dumps(_tool_list(request.tools)))
+            if extra_tools:
+                tools = tools[:-1] + ("," if tools != "[]" else "") + dumps(extra_tools)[1:]
+            pieces.append(',"tools":')
+            pieces.append(tools)
+        pieces.append(',"messages":[')
+        rendered: list[str] = []
+        if request.system:
+            rendered.append(dumps({"role": "system", "content": request.system}))
+        get = self._messages.get
+        for message in request.messages:
+            text = get(message)
+            if text:
+                rendered.append(text)
+        pieces.append(",".join(rendered))
+        pieces.append("]}")
+        return "".join(pieces).encode()
+
+    def _render_message(self, message: Message) -> str:
+        """One message as wire JSON; may be several wire messages joined by commas, or ""."""
+        origin = message.origin
+        if (
+            origin is not None
+            and message.role == "assistant"
+            and origin.api == "chat.completions"
+            and origin.provider == self.name
+            and isinstance(origin.raw, dict)
+            and _raw_matches(origin.raw, message)
+        ):
+            return dumps(origin.raw)
+        if message.role == "assistant":
+            return _render_assistant(message)
+        out: list[str] = []
+        texts: list[str] = []
+        for part in message.content:
+            if part.kind == "tool_result":
+                content = part.content
+                if part.is_error and not content.lower().startswith("error"):
+                    content = f"Error: {content}"
+                out.append(
+                    dumps(
+                        {
+                            "role": "tool",
+                            "tool_call_id": part.call_id,
+                            "content": content,
+                        }
+                    )
+                )
+            elif part.kind == "text":
+                texts.append(part.text)
+        if texts:
+            content_value: Any = (
+                texts[0] if len(texts) == 1 else [{"type": "text", "text": t} for t in texts]
+            )
+            out.append(dumps({"role": "user", "content": content_value}))
+        return ",".join(out)
+
+    # -- decoding ---------------------------------------------------------------------------
+
+    def _decode(self, data: Any, request_id: str | None) -> ModelResponse:
+        if not isinstance(data, dict) or data.get("error"):
+            raise stream_error(data, provider=self.name, request_id=request_id)
+        choices = data.get("choices") or []
+        if not choices:
+            raise ResponseInvalid(
+                "the response has no choices", provider=self.name, request_id=request_id
+            )
+        choice = choices[0]
+        message = choice.get("message") or {}
+        calls = [
+            (
+                call.get("id") or f"call_{i}",
+                (call.get("function") or {}).get("name") or "",
+                (call.get("function") or {}).get("arguments") or "",
+            )
+            for i, call in enumerate(message.get("tool_calls") or ())
+        ]
+        return _response(
+            self,
+            message.get("reasoning_content") or message.get("reasoning") or "",
+            message.get("content") or "",
+            message.get("refusal") or "",
+            calls,
+            choice.get("finish_reason"),
+            data.get("usage"),
+            data.get("id"),
+            data.get("model"),
+            request_id,
+        )
+
+    def _parser(self, request_id: str | None) -> _StreamParser:
+        return _StreamParser(self, request_id)
+
+
+def _tool_list(tools: tuple[ToolSpec, ...]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for spec in tools:
+        function: dict[str, Any] = {"name": spec.name}
+        if spec.description:
+            function["description"] = spec.description
+        function["parameters"] = spec.parameters
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _raw_matches(raw: dict[str, Any], message: Message) -> bool:
+    """Whether ``raw`` (an assistant turn as received) still says what ``message`` says."""
+    parts = [p for p in message.content if not isinstance(p, ThinkingPart)]
+    expected: list[Part] = []
+    text = (raw.get("content") or "") + (raw.get("refusal") or "")
+    if text:
+        expected.append(TextPart.model_construct(text=text))
+    for call in raw.get("tool_calls") or ():
+        function = call.get("function") or {}
+        expected.append(
+            ToolCallPart.model_construct(
+                id=call.get("id") or "",
+                name=function.get("name") or "",
+                arguments=parse_arguments(function.get("arguments") or ""),
+            )
+        )
+    return parts == expected
+
+
+def _render_assistant(message: Message) -> str:
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for part in message.content:
+        if isinstance(part, TextPart):
+            texts.append(part.text)
+        elif isinstance(part, ToolCallPart):
+            arguments = part.arguments
+            raw = arguments.get(INVALID_ARGUMENTS_KEY)
+            calls.append(
+                {
+                    "id": part.id,
+                    "type": "function",
+                    "function": {
+                        "name": part.name,
+                        "arguments": raw if isinstance(raw, str) else dumps(arguments),
+                    },
+                }
+            )
+    if not texts and not calls:
+        return ""  # e.g. a turn of thinking only: nothing Chat Completions can take back
+    wire: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
+    if calls:
+        wire["tool_calls"] = calls
+    return dumps(wire)
+
+
+def _usage(raw: Any) -> Usage:
+    if not isinstance(raw, dict):
+        return Usage.model_construct(
+            input_tokens=0, output_tokens=0, cache_read_tokens=0, cache_write_tokens=0
+        )
+    details = raw.get("prompt_tokens_details") or {}
+    cached = details.get("cached_tokens") or 0
+    written = details.get("cache_write_tokens") or 0
+    return Usage.model_construct(
+        input_tokens=max((raw.get("prompt_tokens") or 0) - cached - written, 0),
+        output_tokens=raw.get("completion_tokens") or 0,
+        cache_read_tokens=cached,
+        cache_write_tokens=written,
+    )
+
+
+def _response(
+    provider: OpenAIProvider,
+    reasoning: str,
+    text: str,
+    refusal: str,
+    calls: list[tuple[str, str, str]],
+    finish: str | None,
+    usage: Any,
+    response_id: str | None,
+    model: str | None,
+    request_id: str | None,
+) -> ModelResponse:
+    parts: list[Part] = []
+    if reasoning:
+        parts.append(ThinkingPart.model_construct(text=reasoning, signature=None, redacted=None))
+    if text or refusal:
+        parts.append(TextPart.model_construct(text=text + refusal))
+    for call_id, name, arguments in calls:
+        parts.append(
+            ToolCallPart.model_construct(
+                id=call_id, name=name, arguments=parse_arguments(arguments)
+            )
+        )
+    stop = _FINISH_REASONS.get(finish, StopReason.UNKNOWN) if finish else StopReason.UNKNOWN
+    stop_details: dict[str, Any] | None = None
+    if refusal:
+        stop = StopReason.REFUSAL
+        stop_details = {"type": "refusal", "category": None, "explanation": refusal}
+    elif stop is StopReason.REFUSAL:
+        stop_details = {"type": "refusal", "category": finish, "explanation": None}
+    elif calls and stop is StopReason.END_TURN:
+        stop = StopReason.TOOL_USE  # some compatible servers say "stop" after tool calls
+    if not (text or refusal or calls) and stop not in (StopReason.MAX_TOKENS, StopReason.REFUSAL):
+        raise ResponseInvalid(
+            f"the model returned an empty turn (finish_reason {finish!r})",
+            provider=provider.name,
+            request_id=request_id,
+        )
+    raw: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if refusal:
+        raw["refusal"] = refusal
+    if calls:
+        raw["tool_calls"] = [
+            {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
+            for i, n, a in calls
+        ]
+    model = model or provider.model
+    return ModelResponse.model_construct(
+        content=tuple(parts),
+        stop_reason=stop,
+        usage=_usage(usage),
+        model=model,
+        provider=provider.name,
+        raw_stop_reason=finish,
+        origin=Origin.model_construct(
+            provider=provider.name, api="chat.completions", model=model, raw=raw
+        ),
+        stop_details=stop_details,
+        response_id=response_id,
+    )
+
+
+class _Call:
+    __slots__ = ("chunks", "id", "name", "started")
+
+    def __init__(self) -> None:
+        self.id = ""
+        self.name = ""
+        self.chunks: list[str] = []
+        self.started = False
+
+
+class _StreamParser:
+    """Decodes the chunk stream of one Chat Completions response."""
+
+    __slots__ = (
+        "_calls",
+        "_finish",
+        "_id",
+        "_model",
+        "_provider",
+        "_reasoning",
+        "_refusal",
+        "_request_id",
+        "_text",
+        "_usage",
+        "done",
+    )
+
+    def __init__(self, provider: OpenAIProvider, request_id: str | None) -> None:
+        self._provider = provider
+        self._request_id = request_id
+        self._text: list[str] = []
+        self._reasoning: list[str] = []
+        self._refusal: list[str] = []
+        self._calls: dict[int, _Call] = {}
+        self._finish: str | None = None
+        self._usage: Any = None
+        self._id: str | None = None
+        self._model: str | None = None
+        self.done = False
+
+    def feed(self, event: bytes, data: bytes) -> tuple[StreamDelta, ...] | StreamDelta | None:
+        if data == b"[DONE]":
+            self.done = True
+            return None
+        obj = _loads(data)
+        if obj.get("error"):
+            raise stream_error(obj, provider=self._provider.name, request_id=self._request_id)
+        if self._id is None:
+            self._id = obj.get("id")
+            self._model = obj.get("model")
+        usage = obj.get("usage")
+        if usage:
+            self._usage = usage
+        choices = obj.get("choices")
+        if not choices:
+            return None
+        choice = choices[0]
+        finish = choice.get("finish_reason")
+        if finish:
+            self._finish = finish
+        delta = choice.get("delta")
+        if not delta:
+            return None
+        content = delta.get("content")
+        tool_calls = delta.get("tool_calls")
+        if content and not tool_calls:
+            self._text.append(content)
+            return TextDelta(content)
+        out: list[StreamDelta] = []
+        if content:
+            self._text.append(content)
+            out.append(TextDelta(content))
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if reasoning:
+            self._reasoning.append(reasoning)
+            out.append(ThinkingDelta(reasoning))
+        refusal = delta.get("refusal")
+        if refusal:
+            self._refusal.append(refusal)
+        if tool_calls:
+            calls = self._calls
+            for fragment in tool_calls:
+                index = fragment.get("index", len(calls))
+                call = calls.get(index)
+                if call is None:
+                    call = calls[index] = _Call()
+                if fragment.get("id"):
+                    call.id = fragment["id"]
+                function = fragment.get("function") or {}
+                name = function.get("name")
+                if name and not call.name:
+                    call.name = name
+                arguments = function.get("arguments")
+                if arguments:
+                    call.chunks.append(arguments)
+                if call.started:
+                    if arguments:
+                        out.append(ToolCallDelta(call.id, arguments, index))
+                elif call.id and call.name:
+                    call.started = True
+                    out.append(ToolCallStarted(call.id, call.name, index))
+                    if call.chunks:
+                        out.append(ToolCallDelta(call.id, "".join(call.chunks), index))
+        return tuple(out)
+
+    def finish(self) -> ModelResponse:
+        if not self.done:
+            raise StreamIncomplete(
+                "the response stream ended before [DONE]",
+                provider=self._provider.name,
+                request_id=self._request_id,
+            )
+        calls = [
+            (call.id or f"call_{index}", call.name, "".join(call.chunks))
+            for index, call in sorted(self._calls.items())
+        ]
+        return _response(
+            self._provider,
+            "".join(self._reasoning),
+            "".join(self._text),
+            "".join(self._refusal),
+            calls,
+            self._finish,
+            self._usage,
+            self._id,
+            self._model,
+            self._request_id,
+        )

@@ -1,0 +1,948 @@
+"""FakeLLMServer: a real HTTP server that speaks the Anthropic and OpenAI wire formats.
+
+It runs its own asyncio event loop in a background thread, so a test on any event loop (or
+plain synchronous code) can talk to it with the real SDK clients. Standard library only.
+
+::
+
+    from fanloop.testing import FakeLLMServer, Fault, call, reply
+
+    with FakeLLMServer() as server:
+        server.add(reply(tool_calls=[call("get_weather", city="Paris")]), "It is sunny.")
+        provider = AnthropicProvider("claude-sonnet-4-5", api_key="test",
+                                     base_url=server.anthropic_base_url)
+        ...
+        server.requests[-1].body["messages"]     # what the client sent
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Literal, TypeAlias
+
+from ..messages import INVALID_ARGUMENTS_KEY, TextPart, ThinkingPart, ToolCallPart
+from ..providers._types import ModelResponse, StopReason, Usage
+from ._script import Fault, reply
+
+__all__ = ["FakeLLMServer", "RecordedRequest", "ServerTurn"]
+
+API: TypeAlias = Literal["anthropic", "openai"]
+
+ServerTurn: TypeAlias = "ModelResponse | str | Fault | Callable[[dict[str, Any]], Any]"
+"""What answers one request: a :func:`~fanloop.testing.reply`, a plain text answer, a
+:class:`~fanloop.testing.Fault`, or a function of the parsed request body (sync or async)
+returning one of those."""
+
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+
+_ANTHROPIC_STOP = {
+    StopReason.END_TURN: "end_turn",
+    StopReason.TOOL_USE: "tool_use",
+    StopReason.MAX_TOKENS: "max_tokens",
+    StopReason.STOP_SEQUENCE: "stop_sequence",
+    StopReason.REFUSAL: "refusal",
+    StopReason.PAUSED: "pause_turn",
+    StopReason.UNKNOWN: "unknown",
+}
+_OPENAI_STOP = {
+    StopReason.END_TURN: "stop",
+    StopReason.TOOL_USE: "tool_calls",
+    StopReason.MAX_TOKENS: "length",
+    StopReason.STOP_SEQUENCE: "stop",
+    StopReason.REFUSAL: "content_filter",
+    StopReason.PAUSED: "stop",
+    StopReason.UNKNOWN: "unknown",
+}
+_ANTHROPIC_ERRORS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
+_OPENAI_ERRORS = {
+    400: "invalid_request_error",
+    401: "invalid_request_error",
+    403: "invalid_request_error",
+    404: "invalid_request_error",
+    429: "requests",
+    500: "server_error",
+}
+_ERROR_STATUS = {
+    "overloaded_error": 529,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+}
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    408: "Request Timeout",
+    409: "Conflict",
+    413: "Payload Too Large",
+    422: "Unprocessable Entity",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+    504: "Gateway Timeout",
+    529: "Overloaded",
+}
+_DEFAULT_PARTIAL = "This answer is cut off by an injected fault before it can finish."
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedRequest:
+    """A request the server received.
+
+    Attributes:
+        api: ``"anthropic"`` or ``"openai"`` (``""`` for an unknown path).
+        method: the HTTP method.
+        path: the request path, e.g. ``"/v1/messages"``.
+        headers: the request headers, names lower-cased.
+        body: the parsed JSON body (``None`` if it was not JSON).
+        raw_body: the body bytes as sent.
+        request_id: the request id the server answered with.
+    """
+
+    api: str
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+    raw_body: bytes
+    request_id: str
+
+    @property
+    def stream(self) -> bool:
+        """Whether the client asked for a stream."""
+        return isinstance(self.body, dict) and self.body.get("stream") is True
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The ``messages`` of the body."""
+        messages = self.body.get("messages") if isinstance(self.body, dict) else None
+        return messages if isinstance(messages, list) else []
+
+
+@dataclass(slots=True)
+class _Frames:
+    """A rendered stream: its frames, which frames carry deltas, where the ending starts."""
+
+    frames: list[bytes] = field(default_factory=list)
+    deltas: list[int] = field(default_factory=list)
+    tail: int = 0
+
+    def add(self, frame: bytes, *, delta: bool = False) -> None:
+        if delta:
+            self.deltas.append(len(self.frames))
+        self.frames.append(frame)
+
+    def cut(self, after: int) -> int:
+        """Frames to send before a fault that strikes after ``after`` deltas."""
+        if after <= 0:
+            return 1
+        if len(self.deltas) >= after:
+            return min(self.deltas[after - 1] + 1, self.tail)
+        return self.tail
+
+
+class FakeLLMServer:
+    """A scripted HTTP server for the Anthropic Messages and OpenAI Chat Completions APIs.
+
+    It serves ``POST /v1/messages`` and ``POST /v1/chat/completions``, streamed and not,
+    over HTTP/1.1 with keep-alive, on ``127.0.0.1`` and an ephemeral port. It accepts an API
+    key as ``Authorization: Bearer`` or ``x-api-key`` (any key, unless ``api_key`` is set).
+
+    Each request is answered by the next scripted turn: first from the queue of its API (see
+    :meth:`add` with ``api=``), then from the shared queue, then by ``responder``. A turn is a
+    :func:`~fanloop.testing.reply` (text, tool calls, thinking, stop reason, usage), a string,
+    a :class:`~fanloop.testing.Fault`, or a function of the parsed request body returning one
+    of those. With no turn left the server answers 400 ``FakeLLMServer has no scripted turn
+    left``.
+
+    Faults: ``Fault.http(status, retry_after=...)`` answers with that status, an error body in
+    the API's format and ``retry-after`` / ``retry-after-ms`` headers;
+    ``Fault.stream_error(turn, after_events=n)``, ``Fault.drop(...)`` and
+    ``Fault.truncate(...)`` stream ``turn`` for ``n`` content deltas, then send an error event,
+    drop the connection, or end the body cleanly before its end marker;
+    ``Fault.slow(delay, turn)`` waits before the first byte. (For a request that is not
+    streamed, an error event becomes the matching HTTP error, and a drop or truncation cuts
+    the JSON body short.)
+
+    Args:
+        script: turns for the shared queue.
+        responder: answers requests when the queues are empty (e.g. for benchmarks).
+        latency: seconds to wait before the first byte of every response (model latency).
+        chars_per_delta: characters of text, thinking or tool arguments per streamed delta.
+        delta_delay: seconds between streamed frames (0: the whole stream in one write).
+        api_key: when set, any other key is answered with 401.
+        record: keep every request in :attr:`requests`.
+        host: the interface to bind.
+        port: the port (0: an ephemeral one).
+
+    Example:
+        >>> from fanloop.testing import FakeLLMServer
+        >>> with FakeLLMServer(["Hello!"]) as server:
+        ...     server.openai_base_url.endswith("/v1")
+        True
+    """
+
+    def __init__(
+        self,
+        script: Iterable[ServerTurn] = (),
+        *,
+        responder: Callable[[dict[str, Any]], Any] | None = None,
+        latency: float = 0.0,
+        chars_per_delta: int = 12,
+        delta_delay: float = 0.0,
+        api_key: str | None = None,
+        record: bool = True,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self.responder = responder
+        self.latency = latency
+        self.chars_per_delta = max(1, chars_per_delta)
+        self.delta_delay = delta_delay
+        self.api_key = api_key
+        self.record = record
+        self.requests: list[RecordedRequest] = []
+        self.errors: list[BaseException] = []
+        self._host = host
+        self._port = port
+        self._queues: dict[str | None, deque[Any]] = {
+            None: deque(script),
+            "anthropic": deque(),
+            "openai": deque(),
+        }
+        self._ids = itertools.count(1)
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._startup_error: BaseException | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # -- script -----------------------------------------------------------------------------
+
+    def add(self, *turns: ServerTurn, api: API | None = None) -> None:
+        """Queue turns: for any API (the default) or only for ``"anthropic"`` / ``"openai"``."""
+        self._queues[api].extend(turns)
+
+    @property
+    def remaining(self) -> int:
+        """Scripted turns not yet played, over all queues."""
+        return sum(len(q) for q in self._queues.values())
+
+    def clear(self) -> None:
+        """Forget queued turns and recorded requests."""
+        for queue in self._queues.values():
+            queue.clear()
+        self.requests.clear()
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        """The port the server listens on."""
+        if not self._port:
+            raise RuntimeError("the server is not started")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:PORT``."""
+        return f"http://{self._host}:{self.port}"
+
+    @property
+    def anthropic_base_url(self) -> str:
+        """The ``base_url`` for Anthropic clients (no ``/v1``)."""
+        return self.url
+
+    @property
+    def openai_base_url(self) -> str:
+        """The ``base_url`` for OpenAI clients (ends in ``/v1``)."""
+        return f"{self.url}/v1"
+
+    def start(self) -> FakeLLMServer:
+        """Start serving in a background thread; returns once the port is bound."""
+        if self._thread is not None:
+            return self
+        self._ready.clear()
+        self._thread = threading.Thread(target=self._run, name="FakeLLMServer", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._startup_error is not None:
+            self._thread.join()
+            self._thread = None
+            raise self._startup_error
+        return self
+
+    def stop(self) -> None:
+        """Stop serving, close every connection, and join the thread."""
+        thread, loop, stopping = self._thread, self._loop, self._stopping
+        if thread is None:
+            return
+        if loop is not None and stopping is not None:
+            loop.call_soon_threadsafe(stopping.set)
+        thread.join()
+        self._thread = None
+
+    def __enter__(self) -> FakeLLMServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> FakeLLMServer:
+        return self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        import anyio.to_thread
+
+        await anyio.to_thread.run_sync(self.stop)
+
+    def __repr__(self) -> str:
+        state = f"port={self._port}" if self._thread else "stopped"
+        return f"<FakeLLMServer {state} requests={len(self.requests)}>"
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._main())
+        finally:
+            loop.close()
+            self._loop = None
+
+    async def _main(self) -> None:
+        self._stopping = asyncio.Event()
+        try:
+            server = await asyncio.start_server(
+                self._handle, self._host, self._port, backlog=4096, reuse_address=True
+            )
+        except BaseException as exc:
+            self._startup_error = exc
+            self._ready.set()
+            return
+        self._port = server.sockets[0].getsockname()[1]
+        self._ready.set()
+        try:
+            await self._stopping.wait()
+        finally:
+            server.close()
+            for task in list(self._tasks):
+                task.cancel()
+            if self._tasks:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+            await server.wait_closed()
+
+    # -- HTTP -------------------------------------------------------------------------------
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+                    return
+                lines = head.decode("latin-1").split("\r\n")
+                try:
+                    method, target, _version = lines[0].split(" ", 2)
+                except ValueError:
+                    return
+                headers: dict[str, str] = {}
+                for line in lines[1:]:
+                    if line:
+                        name, _, value = line.partition(":")
+                        headers[name.strip().lower()] = value.strip()
+                body = await self._read_body(reader, headers)
+                keep_alive = headers.get("connection", "").lower() != "close"
+                if not await self._respond(method, target, headers, body, writer):
+                    return
+                if not keep_alive:
+                    return
+        except (ConnectionError, asyncio.IncompleteReadError):
+            return
+        except asyncio.CancelledError:
+            # Only stop() cancels handlers. Finishing normally keeps asyncio from logging the
+            # cancelled task.
+            return
+        except Exception as exc:  # a bug here must not kill the server; tests can inspect it
+            self.errors.append(exc)
+        finally:
+            self._tasks.discard(task)
+            writer.close()
+
+    async def _read_body(self, reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
+        length = headers.get("content-length")
+        if length is not None:
+            return await reader.readexactly(int(length)) if int(length) else b""
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            chunks: list[bytes] = []
+            while True:
+                size_line = await reader.readuntil(b"\r\n")
+                size = int(size_line.split(b";", 1)[0].strip(), 16)
+                if size == 0:
+                    await reader.readuntil(b"\r\n")
+                    return b"".join(chunks)
+                chunks.append(await reader.readexactly(size))
+                await reader.readexactly(2)
+        return b""
+
+    async def _respond(
+        self,
+        method: str,
+        target: str,
+        headers: dict[str, str],
+        raw_body: bytes,
+        writer: asyncio.StreamWriter,
+    ) -> bool:
+        """Answer one request; ``False`` when the connection must be closed."""
+        path = target.split("?", 1)[0]
+        request_id = f"req_fake_{next(self._ids):06d}"
+        api: str
+        if path == "/v1/messages":
+            api = "anthropic"
+        elif path.endswith("/chat/completions"):
+            api = "openai"
+        else:
+            api = ""
+        try:
+            body: Any = json.loads(raw_body) if raw_body else None
+        except ValueError:
+            body = None
+        if self.record:
+            self.requests.append(
+                RecordedRequest(api, method, path, headers, body, raw_body, request_id)
+            )
+        if not api:
+            await self._send_error(
+                writer, "anthropic", 404, "not_found_error", "no such path", request_id
+            )
+            return True
+        if method != "POST":
+            await self._send_error(writer, api, 405, None, "use POST", request_id)
+            return True
+        if not isinstance(body, dict):
+            await self._send_error(
+                writer, api, 400, None, "the body is not a JSON object", request_id
+            )
+            return True
+        if self.api_key is not None:
+            auth = headers.get("authorization", "")
+            key = auth[7:] if auth.lower().startswith("bearer ") else headers.get("x-api-key")
+            if key != self.api_key:
+                await self._send_error(writer, api, 401, None, "invalid x-api-key", request_id)
+                return True
+        turn = await self._next_turn(api, body)
+        if turn is None:
+            await self._send_error(
+                writer, api, 400, None, "FakeLLMServer has no scripted turn left", request_id
+            )
+            return True
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        fault: Fault | None = None
+        if isinstance(turn, Fault):
+            fault = turn
+            if fault.delay:
+                await asyncio.sleep(fault.delay)
+            if fault.status is not None:
+                await self._send_error(
+                    writer,
+                    api,
+                    fault.status,
+                    fault.error_type,
+                    fault.message,
+                    request_id,
+                    retry_after=fault.retry_after,
+                    retry_after_ms=fault.retry_after_ms,
+                )
+                return True
+            is_stream_fault = fault.error_in_stream or fault.drop_connection or fault.cut_before_end
+            response = fault.then or (reply(_DEFAULT_PARTIAL) if is_stream_fault else None)
+            if response is None:
+                await self._send_error(writer, api, 400, None, "Fault has no turn", request_id)
+                return True
+            if not is_stream_fault:
+                fault = None
+        else:
+            response = turn
+        model = str(body.get("model") or "fake-model")
+        if body.get("stream") is True:
+            return await self._send_stream(writer, api, response, model, request_id, fault)
+        return await self._send_json(writer, api, response, model, request_id, fault)
+
+    async def _next_turn(self, api: str, body: dict[str, Any]) -> ModelResponse | Fault | None:
+        item: Any
+        own, shared = self._queues[api], self._queues[None]
+        if own:
+            item = own.popleft()
+        elif shared:
+            item = shared.popleft()
+        elif self.responder is not None:
+            item = self.responder
+        else:
+            return None
+        while True:
+            if isinstance(item, ModelResponse | Fault):
+                return item
+            if isinstance(item, str):
+                return reply(item)
+            if callable(item):
+                item = item(body)
+                if inspect.isawaitable(item):
+                    item = await item
+                continue
+            raise TypeError(f"FakeLLMServer cannot play script item {item!r}")
+
+    # -- writing ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _head(status: int, content_type: str, request_id: str, extra: str = "") -> str:
+        return (
+            f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
+            f"content-type: {content_type}\r\n"
+            f"request-id: {request_id}\r\nx-request-id: {request_id}\r\n{extra}"
+        )
+
+    async def _send_error(
+        self,
+        writer: asyncio.StreamWriter,
+        api: str,
+        status: int,
+        error_type: str | None,
+        message: str,
+        request_id: str,
+        *,
+        retry_after: float | None = None,
+        retry_after_ms: float | None = None,
+    ) -> None:
+        extra = ""
+        if retry_after is not None:
+            extra += f"retry-after: {_number(retry_after)}\r\n"
+        if retry_after_ms is not None:
+            extra += f"retry-after-ms: {_number(retry_after_ms)}\r\n"
+        if api == "openai":
+            etype = error_type or _OPENAI_ERRORS.get(
+                status, "server_error" if status >= 500 else "invalid_request_error"
+            )
+            code = "invalid_api_key" if status == 401 else (etype if status == 429 else None)
+            payload: dict[str, Any] = {
+                "error": {"message": message, "type": etype, "param": None, "code": code}
+            }
+        else:
+            etype = error_type or _ANTHROPIC_ERRORS.get(
+                status, "api_error" if status >= 500 else "invalid_request_error"
+            )
+            payload = {
+                "type": "error",
+                "error": {"type": etype, "message": message},
+                "request_id": request_id,
+            }
+        data = _dumps(payload).encode()
+        head = self._head(status, "application/json", request_id, extra)
+        writer.write(f"{head}content-length: {len(data)}\r\n\r\n".encode() + data)
+        await writer.drain()
+
+    async def _send_json(
+        self,
+        writer: asyncio.StreamWriter,
+        api: str,
+        response: ModelResponse,
+        model: str,
+        request_id: str,
+        fault: Fault | None,
+    ) -> bool:
+        if fault is not None and fault.error_in_stream:
+            etype = fault.error_type or "overloaded_error"
+            status = _ERROR_STATUS.get(etype, 500)
+            await self._send_error(writer, api, status, etype, fault.message, request_id)
+            return True
+        if api == "anthropic":
+            payload = _anthropic_message(response, model, request_id)
+        else:
+            payload = _openai_completion(response, model, request_id)
+        data = _dumps(payload).encode()
+        head = self._head(200, "application/json", request_id)
+        head_bytes = f"{head}content-length: {len(data)}\r\n\r\n".encode()
+        if fault is not None:  # drop or truncate: send half the body, then close
+            writer.write(head_bytes + data[: len(data) // 2])
+            await writer.drain()
+            writer.transport.abort()
+            return False
+        writer.write(head_bytes + data)
+        await writer.drain()
+        return True
+
+    async def _send_stream(
+        self,
+        writer: asyncio.StreamWriter,
+        api: str,
+        response: ModelResponse,
+        model: str,
+        request_id: str,
+        fault: Fault | None,
+    ) -> bool:
+        if api == "anthropic":
+            rendered = _anthropic_events(response, model, request_id, self.chars_per_delta)
+        else:
+            rendered = _openai_chunks(response, model, request_id, self.chars_per_delta)
+        frames = rendered.frames
+        close = False
+        if fault is not None:
+            frames = frames[: rendered.cut(fault.after_events)]
+            if fault.error_in_stream:
+                frames.append(
+                    _error_frame(api, fault.error_type or "overloaded_error", fault.message)
+                )
+            elif fault.drop_connection:
+                close = True
+        head = self._head(
+            200,
+            "text/event-stream",
+            request_id,
+            "cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n",
+        )
+        write = writer.write
+        if self.delta_delay and frames:
+            write(head.encode())
+            for frame in frames:
+                await asyncio.sleep(self.delta_delay)
+                write(b"%x\r\n%s\r\n" % (len(frame), frame))
+                await writer.drain()
+        else:
+            payload = b"".join(frames)
+            write(head.encode() + (b"%x\r\n%s\r\n" % (len(payload), payload) if payload else b""))
+        if close:
+            await writer.drain()
+            writer.transport.abort()
+            return False
+        write(b"0\r\n\r\n")
+        await writer.drain()
+        return True
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _chunks(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def _arguments_text(call: ToolCallPart) -> str:
+    raw = call.arguments.get(INVALID_ARGUMENTS_KEY)
+    if isinstance(raw, str) and len(call.arguments) == 1:
+        return raw  # scripted malformed arguments go out verbatim
+    return json.dumps(call.arguments)
+
+
+def _signature(part: ThinkingPart, index: int) -> str:
+    return part.signature if part.signature is not None else f"sig-fake-{index}-{len(part.text)}"
+
+
+def _stop_value(response: ModelResponse, table: dict[StopReason, str]) -> str:
+    if response.raw_stop_reason:
+        return response.raw_stop_reason
+    return table[response.stop_reason]
+
+
+def _usage_anthropic(usage: Usage) -> dict[str, int]:
+    return {
+        "input_tokens": usage.input_tokens,
+        "cache_creation_input_tokens": usage.cache_write_tokens,
+        "cache_read_input_tokens": usage.cache_read_tokens,
+        "output_tokens": usage.output_tokens,
+    }
+
+
+def _usage_openai(usage: Usage) -> dict[str, Any]:
+    prompt = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": usage.output_tokens,
+        "total_tokens": prompt + usage.output_tokens,
+        "prompt_tokens_details": {
+            "cached_tokens": usage.cache_read_tokens,
+            "cache_write_tokens": usage.cache_write_tokens,
+        },
+    }
+
+
+# -- Anthropic ------------------------------------------------------------------------------
+
+
+def _anthropic_blocks(response: ModelResponse) -> list[dict[str, Any]]:
+    origin = response.origin
+    if origin is not None and origin.provider == "anthropic" and isinstance(origin.raw, list):
+        return list(origin.raw)
+    blocks: list[dict[str, Any]] = []
+    for index, part in enumerate(response.content):
+        if isinstance(part, TextPart):
+            blocks.append({"type": "text", "text": part.text})
+        elif isinstance(part, ThinkingPart):
+            if part.redacted is not None:
+                blocks.append({"type": "redacted_thinking", "data": part.redacted})
+            else:
+                blocks.append(
+                    {
+                        "type": "thinking",
+                        "thinking": part.text,
+                        "signature": _signature(part, index),
+                    }
+                )
+        elif isinstance(part, ToolCallPart):
+            blocks.append(
+                {"type": "tool_use", "id": part.id, "name": part.name, "input": part.arguments}
+            )
+    return blocks
+
+
+def _anthropic_message(response: ModelResponse, model: str, request_id: str) -> dict[str, Any]:
+    message: dict[str, Any] = {
+        "id": f"msg_{request_id}",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": _anthropic_blocks(response),
+        "stop_reason": _stop_value(response, _ANTHROPIC_STOP),
+        "stop_sequence": None,
+        "usage": _usage_anthropic(response.usage),
+    }
+    if response.stop_details is not None:
+        message["stop_details"] = response.stop_details
+    return message
+
+
+def _sse(event: str, payload: dict[str, Any]) -> bytes:
+    return b"event: %s\ndata: %s\n\n" % (event.encode(), _dumps(payload).encode())
+
+
+def _anthropic_events(response: ModelResponse, model: str, request_id: str, size: int) -> _Frames:
+    out = _Frames()
+    usage = _usage_anthropic(response.usage)
+    start_usage = {**usage, "output_tokens": 1}
+    out.add(
+        _sse(
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": f"msg_{request_id}",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": model,
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": start_usage,
+                },
+            },
+        )
+    )
+    out.add(b": keep-alive comment\n\n")
+    out.add(_sse("ping", {"type": "ping"}))
+    for index, block in enumerate(_anthropic_blocks(response)):
+        kind = block.get("type")
+        start: dict[str, Any]
+        if kind == "text":
+            start = {"type": "text", "text": ""}
+        elif kind == "thinking":
+            start = {"type": "thinking", "thinking": "", "signature": ""}
+        elif kind in ("tool_use", "server_tool_use"):
+            start = {**block, "input": {}}
+        else:
+            start = block
+        out.add(
+            _sse(
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": start},
+            )
+        )
+        deltas: list[dict[str, Any]] = []
+        if kind == "text":
+            deltas = [{"type": "text_delta", "text": c} for c in _chunks(block["text"], size)]
+        elif kind == "thinking":
+            deltas = [
+                {"type": "thinking_delta", "thinking": c} for c in _chunks(block["thinking"], size)
+            ]
+        elif kind in ("tool_use", "server_tool_use"):
+            raw = block.get("input")
+            invalid = raw.get(INVALID_ARGUMENTS_KEY) if isinstance(raw, dict) else None
+            text = invalid if isinstance(invalid, str) and len(raw) == 1 else json.dumps(raw)  # type: ignore[arg-type]
+            deltas = [{"type": "input_json_delta", "partial_json": ""}]
+            deltas += [{"type": "input_json_delta", "partial_json": c} for c in _chunks(text, size)]
+        for delta in deltas:
+            out.add(
+                _sse(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": index, "delta": delta},
+                ),
+                delta=True,
+            )
+        if kind == "thinking":
+            out.add(
+                _sse(
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {"type": "signature_delta", "signature": block["signature"]},
+                    },
+                )
+            )
+        out.add(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
+    out.tail = len(out.frames)
+    ending: dict[str, Any] = {
+        "stop_reason": _stop_value(response, _ANTHROPIC_STOP),
+        "stop_sequence": None,
+    }
+    if response.stop_details is not None:
+        ending["stop_details"] = response.stop_details
+    out.add(_sse("message_delta", {"type": "message_delta", "delta": ending, "usage": usage}))
+    out.add(_sse("message_stop", {"type": "message_stop"}))
+    return out
+
+
+# -- OpenAI ---------------------------------------------------------------------------------
+
+
+def _openai_refusal(response: ModelResponse) -> str | None:
+    if response.stop_reason is StopReason.REFUSAL and not response.raw_stop_reason:
+        return response.text or "I can't help with that."
+    return None
+
+
+def _openai_completion(response: ModelResponse, model: str, request_id: str) -> dict[str, Any]:
+    refusal = _openai_refusal(response)
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": None if refusal else (response.text or None),
+        "refusal": refusal,
+    }
+    if response.thinking:
+        message["reasoning_content"] = response.thinking
+    calls = response.tool_calls
+    if calls:
+        message["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": _arguments_text(c)},
+            }
+            for c in calls
+        ]
+    return {
+        "id": f"chatcmpl-{request_id}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "stop" if refusal else _stop_value(response, _OPENAI_STOP),
+                "logprobs": None,
+            }
+        ],
+        "usage": _usage_openai(response.usage),
+    }
+
+
+def _openai_chunks(response: ModelResponse, model: str, request_id: str, size: int) -> _Frames:
+    out = _Frames()
+    prefix = (
+        f'{{"id":"chatcmpl-{request_id}","object":"chat.completion.chunk",'
+        f'"created":{int(time.time())},"model":{_dumps(model)},'
+    )
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        return b'data: %s"choices":[%s]}\n\n' % (prefix.encode(), _dumps(choice).encode())
+
+    out.add(chunk({"role": "assistant", "content": ""}))
+    refusal = _openai_refusal(response)
+    if response.thinking:
+        for c in _chunks(response.thinking, size):
+            out.add(chunk({"reasoning_content": c}), delta=True)
+    if refusal:
+        for c in _chunks(refusal, size):
+            out.add(chunk({"refusal": c}), delta=True)
+    elif response.text:
+        for c in _chunks(response.text, size):
+            out.add(chunk({"content": c}), delta=True)
+    # Tool calls: a header per call, then argument pieces interleaved across calls.
+    pending = [
+        (i, c, deque(_chunks(_arguments_text(c), size))) for i, c in enumerate(response.tool_calls)
+    ]
+    started: set[int] = set()
+    while pending:
+        for entry in list(pending):
+            index, call, pieces = entry
+            if index not in started:
+                started.add(index)
+                header = {
+                    "index": index,
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": ""},
+                }
+                out.add(chunk({"tool_calls": [header]}))
+            if pieces:
+                piece = pieces.popleft()
+                out.add(
+                    chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}),
+                    delta=True,
+                )
+            if not pieces:
+                pending.remove(entry)
+    out.tail = len(out.frames)
+    finish = "stop" if refusal else _stop_value(response, _OPENAI_STOP)
+    out.add(chunk({}, finish))
+    out.add(
+        b'data: %s"choices":[],"usage":%s}\n\n'
+        % (prefix.encode(), _dumps(_usage_openai(response.usage)).encode())
+    )
+    out.add(b"data: [DONE]\n\n")
+    return out
+
+
+def _error_frame(api: str, error_type: str, message: str) -> bytes:
+    if api == "anthropic":
+        return _sse("error", {"type": "error", "error": {"type": error_type, "message": message}})
+    payload = {"error": {"message": message, "type": error_type, "param": None, "code": None}}
+    return b"data: %s\n\n" % _dumps(payload).encode()
