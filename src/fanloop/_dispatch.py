@@ -127,7 +127,15 @@ class Emitter:
     """Delivers a run's events: stamps lineage, calls the table, feeds the stream, and hands
     a sub-agent's events up to its parent's emitter."""
 
-    __slots__ = ("_send", "local", "parent", "parent_call_id", "path", "table")
+    __slots__ = (
+        "_everything",
+        "_send",
+        "parent",
+        "parent_call_id",
+        "path",
+        "table",
+        "wants_deltas",
+    )
 
     def __init__(
         self,
@@ -143,10 +151,15 @@ class Emitter:
         self.parent_call_id = parent_call_id
         self._send = send
         self.parent = parent
+        self._everything = send is not None or parent is not None
+        self.wants_deltas = self._everything or any(
+            k in table
+            for k in ("text_delta", "thinking_delta", "tool_call_started", "tool_call_delta")
+        )
 
     def wants(self, kind: str) -> bool:
-        """Whether anything at all consumes events of ``kind``."""
-        return True if (self._send is not None or self.parent is not None) else kind in self.table
+        """Whether anything at all consumes events of ``kind`` (skip making unwanted ones)."""
+        return self._everything or kind in self.table
 
     async def emit(self, event: Event) -> None:
         """Stamp ``event`` with this agent's lineage and deliver it."""

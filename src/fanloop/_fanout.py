@@ -36,7 +36,7 @@ from .events import (
     ToolFinished,
     ToolStarted,
 )
-from .messages import INVALID_ARGUMENTS_KEY, ToolCallPart, ToolResultPart
+from .messages import INVALID_ARGUMENTS_KEY, ToolCallPart, ToolResultPart, _build
 from .tools.base import RunContext, Tool, ToolResult, _current, to_result
 
 if TYPE_CHECKING:
@@ -77,6 +77,17 @@ class LimiterPool:
         if limiter is None:
             limiter = limiters[name] = anyio.CapacityLimiter(total)
         return limiter
+
+
+class _NoStack:
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_STACK = _NoStack()
 
 
 class _Call:
@@ -263,12 +274,13 @@ async def _run_one(
 ) -> None:
     tool = item.tool
     call = item.call
-    emit = run.emitter.emit
-    async with AsyncExitStack() as stack:
-        for limiter in run.agent.limiters_for(tool):
+    emitter = run.emitter
+    limiters = run.agent.limiters_for(tool)
+    async with AsyncExitStack() if limiters else _NO_STACK as stack:
+        for limiter in limiters:
             await stack.enter_async_context(limiter)
-        if not announced:
-            await emit(ToolStarted(call))
+        if not announced and emitter.wants("tool_started"):
+            await emitter.emit(ToolStarted(call))
         started = time.perf_counter()
         token = _current.set(
             RunContext(
@@ -301,9 +313,18 @@ async def _run_one(
             )
         finally:
             _current.reset(token)
-    part = ToolResultPart(call_id=call.id, content=result.content, is_error=result.is_error)
+    part = _build(
+        ToolResultPart,
+        {
+            "kind": "tool_result",
+            "call_id": call.id,
+            "content": result.content,
+            "is_error": result.is_error,
+        },
+    )
     results[item.index] = part
-    await emit(ToolFinished(call, part, time.perf_counter() - started))
+    if emitter.wants("tool_finished"):
+        await emitter.emit(ToolFinished(call, part, time.perf_counter() - started))
 
 
 async def _invoke(run: RunState, tool: Tool, kwargs: dict[str, Any]) -> Any:

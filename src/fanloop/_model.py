@@ -48,7 +48,7 @@ class Ending:
 
 
 Emit = Callable[[Any], Awaitable[None]]
-Invoker = Callable[[ModelRequest, Emit], Awaitable[tuple[ModelResponse, bool]]]
+Invoker = Callable[[ModelRequest, Emit | None], Awaitable[tuple[ModelResponse, bool]]]
 
 
 def make_invoker(provider: Any) -> Invoker:
@@ -61,7 +61,9 @@ def make_invoker(provider: Any) -> Invoker:
     stream = getattr(provider, "stream", None)
     if callable(stream):
 
-        async def invoke_stream(request: ModelRequest, emit: Emit) -> tuple[ModelResponse, bool]:
+        async def invoke_stream(
+            request: ModelRequest, emit: Emit | None
+        ) -> tuple[ModelResponse, bool]:
             emitted = False
             response: ModelResponse | None = None
             async with stream(request) as events:
@@ -70,7 +72,8 @@ def make_invoker(provider: Any) -> Invoker:
                         response = item
                     else:
                         emitted = True
-                        await emit(item)
+                        if emit is not None:
+                            await emit(item)
             if response is None:
                 raise ResponseInvalid(
                     "the provider's stream ended without a final response",
@@ -83,13 +86,17 @@ def make_invoker(provider: Any) -> Invoker:
     complete = provider.complete
     is_async = inspect.iscoroutinefunction(complete)
 
-    async def invoke_complete(request: ModelRequest, emit: Emit) -> tuple[ModelResponse, bool]:
+    async def invoke_complete(
+        request: ModelRequest, emit: Emit | None
+    ) -> tuple[ModelResponse, bool]:
         if is_async:
             response = await complete(request)
         else:
             response = await anyio.to_thread.run_sync(complete, request)
             if inspect.isawaitable(response):
                 response = await response
+        if emit is None:
+            return response, bool(response.content)
         emitted = False
         for index, part in enumerate(response.content):
             if isinstance(part, TextPart) and part.text:
@@ -128,14 +135,17 @@ async def call_model(run: RunState, request: ModelRequest) -> ModelResponse:
     """Ask the model, retrying transient failures per the agent's :class:`RetryPolicy`."""
     agent = run.agent
     policy = agent.retry
-    emit = run.emitter.emit
+    emitter = run.emitter
+    emit = emitter.emit
+    deltas = emit if emitter.wants_deltas else None
     attempt = 0
     while True:
         attempt += 1
-        await emit(RequestStarted(request, run.turns, attempt))
+        if emitter.wants("request_started"):
+            await emit(RequestStarted(request, run.turns, attempt))
         emitted = False
         try:
-            response, emitted = await agent.invoke(request, emit)
+            response, emitted = await agent.invoke(request, deltas)
             if not response.content and response.stop_reason not in _MAY_BE_EMPTY:
                 raise ResponseInvalid(
                     f"the model returned an empty response (stop reason {response.stop_reason})",

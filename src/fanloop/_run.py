@@ -11,7 +11,7 @@ from ._result import RunResult, TerminationReason
 from .catalog import cost_of
 from .events import BudgetWarning, ContextUsage, MessageAppended, ResponseCompleted, UsageUpdated
 from .limits import Budget, StallDetector
-from .messages import Message, Part, TextPart
+from .messages import Message, Part, TextPart, _build
 from .providers._types import ModelRequest, ModelResponse, Usage
 
 if TYPE_CHECKING:
@@ -100,17 +100,22 @@ class RunState:
         agent = self.agent
         messages = tuple(self.messages)
         if pending:
-            messages += (Message.model_construct(role="assistant", content=tuple(pending)),)
-        return ModelRequest.model_construct(
-            system=agent.system_prompt,
-            messages=messages,
-            tools=agent.tool_specs,
-            max_tokens=max_tokens,
-            temperature=agent.temperature,
-            stop_sequences=(),
-            thinking_budget=agent.thinking_budget,
-            hosted_tools=agent.hosted_tools,
-            extra={},
+            messages += (
+                _build(Message, {"role": "assistant", "content": tuple(pending), "origin": None}),
+            )
+        return _build(
+            ModelRequest,
+            {
+                "system": agent.system_prompt,
+                "messages": messages,
+                "tools": agent.tool_specs,
+                "max_tokens": max_tokens,
+                "temperature": agent.temperature,
+                "stop_sequences": (),
+                "thinking_budget": agent.thinking_budget,
+                "hosted_tools": agent.hosted_tools,
+                "extra": {},
+            },
         )
 
     # -- accounting ------------------------------------------------------------------------
@@ -128,7 +133,8 @@ class RunState:
             self.context_tokens = usage.total_input_tokens + usage.output_tokens
         emitter = self.emitter
         turn = self.turns
-        await emitter.emit(ResponseCompleted(response, turn))
+        if emitter.wants("response_completed"):
+            await emitter.emit(ResponseCompleted(response, turn))
         if emitter.wants("usage_updated"):
             await emitter.emit(UsageUpdated(usage, self.usage, self.elapsed))
         if emitter.wants("context_usage"):

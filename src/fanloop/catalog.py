@@ -78,12 +78,28 @@ _TABLE: dict[str, ModelInfo] = {
 }
 
 
+_CACHE: dict[str, ModelInfo | None] = {}
+
+
 def register_model(name: str, info: ModelInfo) -> None:
     """Add or replace a model (or a family prefix) in the table."""
     _TABLE[name] = info
+    _CACHE.clear()
 
 
 def model_info(model: str) -> ModelInfo | None:
+    """The entry for ``model``: an exact match, else the longest registered prefix.
+
+    A ``vendor/`` prefix (as OpenRouter names models) is ignored when nothing matches with it.
+    """
+    try:
+        return _CACHE[model]
+    except KeyError:
+        info = _CACHE[model] = _lookup(model)
+        return info
+
+
+def _lookup(model: str) -> ModelInfo | None:
     """The entry for ``model``: an exact match, else the longest registered prefix.
 
     A ``vendor/`` prefix (as OpenRouter names models) is ignored when nothing matches with it.
@@ -98,7 +114,7 @@ def model_info(model: str) -> ModelInfo | None:
     if best:
         return _TABLE[best]
     if "/" in model:
-        return model_info(model.rsplit("/", 1)[1])
+        return _lookup(model.rsplit("/", 1)[1])
     return None
 
 

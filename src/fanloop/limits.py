@@ -82,6 +82,21 @@ class Budget:
     tool_calls: int = 0
     reserved_output: int = 0
     _warned: set[str] = field(default_factory=set)
+    _watching: bool = True
+
+    def __post_init__(self) -> None:
+        lim = self.limits
+        self._watching = any(
+            v is not None
+            for v in (
+                lim.timeout,
+                lim.max_input_tokens,
+                lim.max_output_tokens,
+                lim.max_total_tokens,
+                lim.max_cost_usd,
+                lim.max_tool_calls,
+            )
+        )
 
     @property
     def elapsed(self) -> float:
@@ -92,6 +107,8 @@ class Budget:
 
     def exhausted(self) -> tuple[TerminationReason, str] | None:
         """The budget limit already reached, if any, with a sentence saying which."""
+        if not self._watching:
+            return None
         lim = self.limits
         u = self.usage
         if lim.max_input_tokens is not None and u.total_input_tokens >= lim.max_input_tokens:
@@ -121,6 +138,8 @@ class Budget:
 
         The result is reserved until :meth:`settle` is called for that call.
         """
+        if not self._watching:
+            return requested
         lim = self.limits
         allowed = requested
         spare = []
@@ -141,6 +160,9 @@ class Budget:
 
     def settle(self, reserved: int, usage: Usage | None, model: str) -> None:
         """Release a reservation and charge what the call really used."""
+        if not self._watching:
+            self.usage = self.usage + usage if usage is not None else self.usage
+            return
         self.reserved_output -= reserved
         if usage is None:
             return
@@ -166,6 +188,8 @@ class Budget:
 
         (Turns are counted per agent run, so the run warns about those itself.)
         """
+        if not self._watching:
+            return []
         lim = self.limits
         u = self.usage
         candidates: list[tuple[BudgetKind, float, Any]] = [
@@ -191,23 +215,14 @@ class StallDetector:
 
     def __init__(self, threshold: int) -> None:
         self.threshold = threshold
-        self._last: tuple[str, str] | None = None
+        self._last: tuple[str, dict[str, Any]] | None = None
         self._count = 0
 
     def observe(self, call: ToolCallPart) -> int:
         """Record ``call``; return the repeat count if it reached the threshold, else 0."""
-        key = (call.name, _canonical(call.arguments))
-        if key == self._last:
+        last = self._last
+        if last is not None and last[0] == call.name and last[1] == call.arguments:
             self._count += 1
         else:
-            self._last, self._count = key, 1
+            self._last, self._count = (call.name, call.arguments), 1
         return self._count if self._count >= self.threshold else 0
-
-
-def _canonical(arguments: dict[str, Any]) -> str:
-    import json
-
-    try:
-        return json.dumps(arguments, sort_keys=True, default=str)
-    except (TypeError, ValueError):
-        return repr(arguments)

@@ -16,7 +16,7 @@ for them.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import Annotated, Any, Literal, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -40,6 +40,22 @@ INVALID_ARGUMENTS_KEY = "__fanloop_invalid_json__"
 call with an error result that quotes the text, so the model can correct itself."""
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _build(cls: type[M], values: dict[str, Any]) -> M:
+    """Make a model from values that are already valid, skipping validation.
+
+    For fanloop's hot paths only: ``values`` must name every field, with valid values. It is
+    about twice as fast as ``model_construct`` (which also fills defaults).
+    """
+    model = cls.__new__(cls)
+    object.__setattr__(model, "__dict__", values)
+    object.__setattr__(model, "__pydantic_fields_set__", set(values))
+    object.__setattr__(model, "__pydantic_extra__", None)
+    object.__setattr__(model, "__pydantic_private__", None)
+    return model
 
 
 class TextPart(BaseModel):
@@ -113,7 +129,14 @@ class Message(BaseModel):
     @classmethod
     def user(cls, text: str) -> Message:
         """A user message holding one text part."""
-        return cls.model_construct(role="user", content=(TextPart.model_construct(text=text),))
+        return _build(
+            cls,
+            {
+                "role": "user",
+                "content": (_build(TextPart, {"kind": "text", "text": text}),),
+                "origin": None,
+            },
+        )
 
     @classmethod
     def assistant(cls, *parts: TextPart | ThinkingPart | ToolCallPart | str) -> Message:
@@ -126,7 +149,7 @@ class Message(BaseModel):
     @classmethod
     def tool_results(cls, results: Iterable[ToolResultPart]) -> Message:
         """The user message that carries tool results back to the model."""
-        return cls.model_construct(role="user", content=tuple(results))
+        return _build(cls, {"role": "user", "content": tuple(results), "origin": None})
 
     @property
     def text(self) -> str:

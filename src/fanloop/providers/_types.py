@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..messages import Message, Origin, Part, TextPart, ThinkingPart, ToolCallPart
+from ..messages import Message, Origin, Part, TextPart, ThinkingPart, ToolCallPart, _build
 
 __all__ = [
     "HostedTool",
@@ -44,11 +44,14 @@ class Usage(BaseModel):
     cache_write_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage.model_construct(
-            input_tokens=self.input_tokens + other.input_tokens,
-            output_tokens=self.output_tokens + other.output_tokens,
-            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
-            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+        return _build(
+            Usage,
+            {
+                "input_tokens": self.input_tokens + other.input_tokens,
+                "output_tokens": self.output_tokens + other.output_tokens,
+                "cache_read_tokens": self.cache_read_tokens + other.cache_read_tokens,
+                "cache_write_tokens": self.cache_write_tokens + other.cache_write_tokens,
+            },
         )
 
     @property
@@ -139,4 +142,6 @@ class ModelResponse(BaseModel):
 
     def to_message(self) -> Message:
         """This turn as an assistant message of the conversation."""
-        return Message.model_construct(role="assistant", content=self.content, origin=self.origin)
+        return _build(
+            Message, {"role": "assistant", "content": self.content, "origin": self.origin}
+        )

@@ -1,0 +1,62 @@
+"""Shared helpers for the benchmarks: medians, tables, result files."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+@dataclass
+class Row:
+    """One line of the results table."""
+
+    workload: str
+    metric: str
+    fanloop: float
+    baseline: float | None
+    unit: str
+    target: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        if self.baseline in (None, 0):
+            return None
+        return self.fanloop / self.baseline  # type: ignore[operator]
+
+
+async def median_time(fn: Callable[[], Awaitable[object]], repeats: int) -> float:
+    """Median wall-clock seconds of ``repeats`` calls of ``fn``."""
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        await fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def table(rows: list[Row]) -> str:
+    """A Markdown table of ``rows``."""
+    lines = [
+        "| workload | metric | fanloop | baseline | ratio | target |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        base = "" if r.baseline is None else f"{r.baseline:,.4g} {r.unit}"
+        ratio = "" if r.ratio is None else f"{r.ratio:.2f}×"
+        lines.append(
+            f"| {r.workload} | {r.metric} | {r.fanloop:,.4g} {r.unit} | {base} | {ratio} | {r.target} |"
+        )
+    return "\n".join(lines)
+
+
+def write(name: str, text: str) -> Path:
+    """Write a results file under benchmarks/results/ and return its path."""
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / name
+    path.write_text(text)
+    return path
