@@ -143,7 +143,7 @@ class ReadCache:
                     (scope, path, op, offset, limit, digest, time.time()),
                 )
                 conn.commit()
-            except sqlite3.Error as exc:
+            except (sqlite3.Error, OSError) as exc:
                 self._give_up(exc)
 
     def seen_sync(
@@ -159,7 +159,7 @@ class ReadCache:
                     .execute(_LOOKUP, (scope, path, offset, limit, digest))
                     .fetchone()
                 )
-            except sqlite3.Error as exc:
+            except (sqlite3.Error, OSError) as exc:
                 self._give_up(exc)
                 return False
             return row is not None
@@ -205,7 +205,7 @@ class ReadCache:
                 self._conn.close()
                 self._conn = None
 
-    def _give_up(self, exc: sqlite3.Error) -> None:
+    def _give_up(self, exc: Exception) -> None:
         self._broken = True
         logger.warning("read_cache_unavailable", path=self.path, error=str(exc))
 
