@@ -77,6 +77,8 @@ class Agent:
         tool_threads: worker threads for synchronous tools.
         context_window: the model's context window (defaults to the model table's).
         compact_threshold: share of the context window past which older history is compacted.
+        max_tool_result_chars: tool output longer than this is cut, with a note saying so
+            (``None``: never cut).
         max_depth: how deep delegation may nest (1: sub-agents cannot delegate).
         delegate_tools: the tools a delegated sub-agent gets (default: ``READ_ONLY_TOOLS``).
         workspace: the root directory for file tools, memory and skills (default: the cwd).
@@ -99,6 +101,7 @@ class Agent:
         "max_depth",
         "max_tokens",
         "max_tokens_ceiling",
+        "max_tool_result_chars",
         "memory",
         "model",
         "name",
@@ -142,6 +145,7 @@ class Agent:
     context_window: int
     max_tokens: int
     max_tokens_ceiling: int
+    max_tool_result_chars: int | None
     hosted_tools: tuple[HostedTool, ...]
     limiters: LimiterPool
     tools: dict[str, Tool]
@@ -177,6 +181,7 @@ class Agent:
         tool_threads: int = 64,
         context_window: int | None = None,
         compact_threshold: float = 0.8,
+        max_tool_result_chars: int | None = 100_000,
         max_depth: int = 1,
         delegate_tools: Iterable[Tool] | None = None,
         workspace: str | None = None,
@@ -229,6 +234,7 @@ class Agent:
         set_("temperature", temperature)
         set_("thinking_budget", thinking_budget)
         set_("compact_threshold", compact_threshold)
+        set_("max_tool_result_chars", max_tool_result_chars)
         set_("max_concurrency", max_concurrency)
         set_("tool_concurrency", dict(tool_concurrency or {}))
         info = model_info(self.model)
@@ -358,6 +364,7 @@ class Agent:
             "tool_concurrency": self.tool_concurrency,
             "context_window": self.context_window,
             "compact_threshold": self.compact_threshold,
+            "max_tool_result_chars": self.max_tool_result_chars,
             "max_depth": self.max_depth,
             "workspace": self.workspace,
             "_limiters": self.limiters,

@@ -241,7 +241,15 @@ async def _run_dangerous(run: RunState, item: _Call, results: list[ToolResultPar
         results[item.index] = part
         await emit(ToolFinished(call, part, 0.0))
         return
+    session = run.session
+    if session is not None:  # a durable receipt before the effect, committed after it
+        await session.begin_effect(turn=run.turns, call=call)
     await _run_one(run, item, results, announced=True)
+    if session is not None:
+        done = results[item.index]
+        assert done is not None
+        with anyio.CancelScope(shield=True):
+            await session.commit_effect(call.id, done)
 
 
 async def _confirm(run: RunState, name: str, preview: str) -> tuple[bool, str | None]:
@@ -313,12 +321,19 @@ async def _run_one(
             )
         finally:
             _current.reset(token)
+    content = result.content
+    cap = run.agent.max_tool_result_chars
+    if cap is not None and len(content) > cap:
+        content = (
+            f"{content[:cap]}\n[... output truncated: {len(content) - cap} more characters "
+            f"not shown (limit {cap})]"
+        )
     part = _build(
         ToolResultPart,
         {
             "kind": "tool_result",
             "call_id": call.id,
-            "content": result.content,
+            "content": content,
             "is_error": result.is_error,
         },
     )

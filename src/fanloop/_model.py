@@ -177,6 +177,7 @@ async def take_turn(run: RunState) -> ModelResponse | Ending:
     budget = run.budget
     pending: list[Part] = []
     truncations = 0
+    compacted = False
     while True:
         reserved = budget.output_allowance(run.max_tokens, agent.model)
         if reserved <= 0:
@@ -191,6 +192,12 @@ async def take_turn(run: RunState) -> ModelResponse | Ending:
             response = await call_model(run, request)
         except ContextWindowExceeded as exc:
             budget.settle(reserved, None, agent.model)
+            if not compacted and not pending:
+                from ._context import compact
+
+                compacted = True
+                if await compact(run):
+                    continue
             return Ending(TerminationReason.CONTEXT_EXHAUSTED, detail=str(exc))
         except BaseException:
             budget.settle(reserved, None, agent.model)

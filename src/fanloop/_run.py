@@ -30,6 +30,7 @@ class RunState:
     __slots__ = (
         "agent",
         "budget",
+        "context_base",
         "context_tokens",
         "deps",
         "depth",
@@ -78,6 +79,7 @@ class RunState:
         self.stall = StallDetector(agent.limits.stall_threshold)
         self.max_tokens = agent.max_tokens
         self.context_tokens = 0
+        self.context_base = 0
         self.ending: tuple[TerminationReason, str | None] | None = None
         self.warned_turns = False
 
@@ -131,6 +133,7 @@ class RunState:
             parent = parent.parent
         if usage.total_input_tokens:
             self.context_tokens = usage.total_input_tokens + usage.output_tokens
+            self.context_base = len(self.messages)
         emitter = self.emitter
         turn = self.turns
         if emitter.wants("response_completed"):
