@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any
-
-import contextlib
 
 import anyio
 from anyio.abc import TaskGroup
