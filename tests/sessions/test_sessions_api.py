@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import doctest
+import pickle
 import re
 from pathlib import Path
 
 import pytest
 
 import fanloop.sessions
-from fanloop.sessions import _memory, _models
+from fanloop.sessions import (
+    EffectConflict,
+    SessionConflict,
+    SessionError,
+    SessionNotFound,
+    _memory,
+    _models,
+)
 
 DOCS = Path(__file__).parents[2] / "docs" / "sessions.md"
 
@@ -48,3 +56,20 @@ def test_docs_example_runs(tmp_path: Path) -> None:
     db = tmp_path / "demo.db"
     exec(compile(example.replace(".fanloop/demo.db", str(db)), str(DOCS), "exec"), {})
     assert db.exists()
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        SessionNotFound("s"),
+        SessionConflict("taken", session_id="s"),
+        EffectConflict("no", session_id="s", call_id="c"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_errors_survive_pickling(error: SessionError) -> None:
+    """They cross process boundaries (multiprocessing, worker pools) intact."""
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is type(error)
+    assert str(copy) == str(error)
+    assert vars(copy) == vars(error)

@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..errors import FanloopError
 
 __all__ = ["EffectConflict", "SessionConflict", "SessionError", "SessionNotFound"]
@@ -31,6 +33,9 @@ class SessionNotFound(SessionError, KeyError):
         super().__init__(f"no session with id {session_id!r}")
         self.session_id = session_id
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.session_id,)
+
 
 class SessionConflict(SessionError):
     """Another writer appended to or replaced the session since this object last read it.
@@ -44,6 +49,9 @@ class SessionConflict(SessionError):
     def __init__(self, message: str, /, *, session_id: str) -> None:
         super().__init__(message)
         self.session_id = session_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _rebuild, (type(self), self.message, {"session_id": self.session_id})
 
 
 class EffectConflict(SessionError, ValueError):
@@ -61,3 +69,12 @@ class EffectConflict(SessionError, ValueError):
         super().__init__(message)
         self.session_id = session_id
         self.call_id = call_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        kw = {"session_id": self.session_id, "call_id": self.call_id}
+        return _rebuild, (type(self), self.message, kw)
+
+
+def _rebuild(cls: type[SessionError], message: str, kw: dict[str, str]) -> SessionError:
+    """Unpickle an error whose context is keyword-only."""
+    return cls(message, **kw)

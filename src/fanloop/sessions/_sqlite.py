@@ -22,6 +22,7 @@ import json
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -156,8 +157,7 @@ class SQLiteStore:
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
             conn.execute("PRAGMA foreign_keys = ON")
-            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-                conn.execute("PRAGMA journal_mode = WAL")
+            _use_wal(conn, self._busy_timeout)
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
             _migrate(conn, self.path)
         except BaseException:
@@ -409,6 +409,27 @@ def _migrate(conn: sqlite3.Connection, path: str) -> None:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+def _use_wal(conn: sqlite3.Connection, timeout: float) -> None:
+    """Switch the file to WAL (a no-op once any connection has: the mode is persistent).
+
+    The switch needs the file to itself, and SQLite reports "database is locked" at once,
+    without its busy handler, when another process holds it (typically: several processes
+    opening a new file together). So we wait here, up to the busy timeout.
+    """
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while True:
+        try:
+            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
 
 
 def _require_session(conn: sqlite3.Connection, session_id: str) -> None:
