@@ -526,7 +526,9 @@ class Agent:
                     ),
                 )
             try:
-                await emitter.emit(RunStarted(run.run_id, self.name, self.model))
+                await emitter.emit(
+                    RunStarted(run.run_id, self.name, self.model, self.provider_name)
+                )
                 if before is not None:
                     result = await before(run)
                 if result is None:

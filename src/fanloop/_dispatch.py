@@ -110,6 +110,9 @@ def build_table(observer: LoopObserver | None, hooks: Hooks | None) -> Table:
     table: dict[str, list[Handler]] = {}
     if observer is not None:
         owner = type(observer).__name__
+        on_event = getattr(observer, "on_event", None)
+        if on_event is not None:  # sees every event, with lineage, sub-agents' included
+            table["*"] = [_guard(owner, "on_event", on_event, lambda e: (e,))]
         for kind, (name, args) in _OBSERVER_MAP.items():
             if not _is_noop(observer, name):
                 table.setdefault(kind, []).append(
@@ -151,7 +154,7 @@ class Emitter:
         self.parent_call_id = parent_call_id
         self._send = send
         self.parent = parent
-        self._everything = send is not None or parent is not None
+        self._everything = send is not None or parent is not None or "*" in table
         self.wants_deltas = self._everything or any(
             k in table
             for k in ("text_delta", "thinking_delta", "tool_call_started", "tool_call_delta")
@@ -168,6 +171,12 @@ class Emitter:
         await self._deliver(event, local=True)
 
     async def _deliver(self, event: Event, *, local: bool) -> None:
+        every = self.table.get("*")
+        if every:
+            for handler in every:
+                out = handler(event)
+                if out is not None:
+                    await out
         if local or event.kind not in _LOCAL_KINDS:
             handlers = self.table.get(event.kind)
             if handlers:

@@ -137,6 +137,7 @@ class RunStarted(_Event):
     run_id: str
     agent_name: str
     model: str
+    provider: str = ""
 
 
 @dataclass(slots=True)

@@ -152,6 +152,11 @@ class NullObserver:
         pass
 
 
+# An observer may also define ``on_event(event)``: it then receives every event of the run —
+# sub-agents' included, with their lineage — as the typed objects of :mod:`fanloop.events`.
+# The OpenTelemetry observer (:mod:`fanloop.otel`) is built on it.
+
+
 class ConsoleObserver(NullObserver):
     """Prints the run: nonblank answers, tool activity and retries.
 
