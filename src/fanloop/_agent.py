@@ -268,12 +268,9 @@ class Agent:
 
             all_tools.append(DelegateTool(tools=delegate_tools))
         if memory:
-            from .tools.memory import RememberTool, memory_prompt
+            from .tools.memory import RememberTool
 
             all_tools.append(RememberTool(root=workspace))
-            block = memory_prompt(workspace)
-            if block:
-                system_parts.append(block)
         if skills:
             from .skills import ReadSkillTool, discover_skills, skills_prompt
 
@@ -315,6 +312,17 @@ class Agent:
         return f"<Agent {self.name!r} {self.provider_name}:{self.model} tools={list(self.tools)}>"
 
     # -- configuration helpers ---------------------------------------------------------
+
+    def system_for_run(self) -> str | None:
+        """The system prompt a new run starts with (the memory file is read at each run)."""
+        if not self.memory:
+            return self.system_prompt
+        from .tools.memory import memory_prompt
+
+        block = memory_prompt(self.workspace)
+        if not block:
+            return self.system_prompt
+        return f"{self.system_prompt}\n\n{block}" if self.system_prompt else block
 
     @property
     def invoke(self) -> Any:

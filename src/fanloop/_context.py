@@ -85,7 +85,7 @@ async def compact(run: RunState) -> bool:
     last = older[-1]
     ask = Message(role="user", content=(*last.content, TextPart(text=SUMMARY_PROMPT)))
     request = run.request([], min(run.agent.max_tokens, 4096)).model_copy(
-        update={"messages": (*older[:-1], ask), "system": run.agent.system_prompt}
+        update={"messages": (*older[:-1], ask)}
     )
     reserved = run.budget.output_allowance(request.max_tokens, run.agent.model)
     try:

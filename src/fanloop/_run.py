@@ -44,6 +44,7 @@ class RunState:
         "session",
         "stall",
         "started",
+        "system",
         "tool_calls",
         "turns",
         "usage",
@@ -72,6 +73,7 @@ class RunState:
         self.depth = depth
         self.parent = parent
         self.run_id = uuid.uuid4().hex[:16]
+        self.system = agent.system_for_run()
         self.started = time.monotonic()
         self.turns = 0
         self.tool_calls = 0
@@ -108,7 +110,7 @@ class RunState:
         return _build(
             ModelRequest,
             {
-                "system": agent.system_prompt,
+                "system": self.system,
                 "messages": messages,
                 "tools": agent.tool_specs,
                 "max_tokens": max_tokens,
