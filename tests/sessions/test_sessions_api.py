@@ -1,11 +1,9 @@
-"""The public surface of fanloop.sessions, its doctests, and the example in docs/sessions.md."""
+"""The public surface of fanloop.sessions and its doctests (tests/test_docs.py runs the docs)."""
 
 from __future__ import annotations
 
 import doctest
 import pickle
-import re
-from pathlib import Path
 
 import pytest
 
@@ -18,8 +16,6 @@ from fanloop.sessions import (
     _memory,
     _models,
 )
-
-DOCS = Path(__file__).parents[2] / "docs" / "sessions.md"
 
 
 def test_exported_members() -> None:
@@ -48,14 +44,6 @@ def test_doctests(module: object) -> None:
     failed, tried = doctest.testmod(module)  # type: ignore[arg-type]
     assert tried > 0
     assert failed == 0
-
-
-def test_docs_example_runs(tmp_path: Path) -> None:
-    blocks = re.findall(r"```python\n(.*?)```", DOCS.read_text(), re.DOTALL)
-    [example] = [b for b in blocks if "anyio.run(main" in b]
-    db = tmp_path / "demo.db"
-    exec(compile(example.replace(".fanloop/demo.db", str(db)), str(DOCS), "exec"), {})
-    assert db.exists()
 
 
 @pytest.mark.parametrize(
