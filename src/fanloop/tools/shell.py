@@ -32,6 +32,7 @@ from .base import Tool, ToolResult
 
 __all__ = ["BashTool", "CommandOutcome", "run_command"]
 
+_KILL_SETTLE = 2.0  # seconds to wait for killed processes to be gone
 _NONINTERACTIVE = {"PAGER": "cat", "GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0"}
 
 
@@ -109,7 +110,12 @@ async def _kill_group(process: Process, grace: float) -> None:
         # Other members are not our children: nothing signals their exit, so poll.
         while anyio.current_time() < deadline and _group_alive(pgid):  # noqa: ASYNC110
             await anyio.sleep(0.02)
-    _signal_group(pgid, signal.SIGKILL)
+    if _signal_group(pgid, signal.SIGKILL):
+        # SIGKILL is delivered asynchronously: wait (briefly) until every member is gone.
+        with anyio.move_on_after(_KILL_SETTLE):
+            await process.wait()
+            while _group_alive(pgid):  # noqa: ASYNC110 - not our children: poll
+                await anyio.sleep(0.005)
     await process.wait()
 
 

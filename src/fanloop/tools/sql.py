@@ -5,8 +5,8 @@ by the ``FANLOOP_SQL_DSN`` environment variable:
 
 - ``postgresql://user@host:5432/db`` (or ``postgres://``, or a libpq ``key=value`` string
   with ``dbname=``): PostgreSQL, through psycopg (``pip install 'fanloop[postgres]'``).
-- ``sqlite:///absolute/path.db``, ``sqlite:relative.db`` or a plain file path (relative paths
-  are taken from the workspace root): SQLite.
+- ``sqlite:///absolute/path.db`` (two or more slashes: absolute), ``sqlite:relative.db`` or a
+  plain file path (relative paths are taken from the workspace root): SQLite.
 
 Read-only is enforced twice. First, :func:`check_read_only` accepts a single statement that
 starts with SELECT, WITH, EXPLAIN, PRAGMA (a query pragma), SHOW or DESCRIBE and names no
@@ -233,6 +233,8 @@ async def execute_postgres(
                 await conn.rollback()
     except TimeoutError:
         raise ToolError(f"The query ran longer than {timeout:g} s and was stopped.") from None
+    except psycopg.errors.QueryCanceled:
+        raise ToolError(f"The query ran longer than {timeout:g} s and was stopped.") from None
     except psycopg.Error as exc:
         detail = exc.diag.message_primary if exc.diag and exc.diag.message_primary else str(exc)
         raise ToolError(f"PostgreSQL error: {detail}.") from None
@@ -293,9 +295,7 @@ class _SqlTool(Tool):
             return "postgres", dsn
         path = dsn
         if path.startswith("sqlite:"):
-            path = path[len("sqlite:") :]
-            if path.startswith("//"):
-                path = path[2:]
+            path = re.sub(r"^/{2,}", "/", path[len("sqlite:") :])  # sqlite:///x, sqlite:////x
         resolved = Path(path) if os.path.isabs(path) else self.workspace.root / path
         return "sqlite", str(resolved)
 

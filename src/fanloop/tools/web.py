@@ -32,12 +32,12 @@ _USER_AGENT = "fanloop (+https://github.com/fanloop/fanloop)"
 _DROP = frozenset({"script", "style", "noscript", "template", "svg", "head", "iframe", "canvas"})
 _BLOCK = frozenset(
     {
-        "address", "article", "aside", "blockquote", "br", "dd", "details", "div", "dl", "dt",
-        "fieldset", "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6",
-        "header", "hr", "li", "main", "nav", "ol", "p", "pre", "section", "summary", "table",
-        "tr", "ul",
+        "address", "article", "aside", "blockquote", "details", "div", "dl", "fieldset",
+        "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header",
+        "hr", "main", "nav", "ol", "p", "pre", "section", "summary", "table", "ul",
     }
 )  # fmt: skip
+_LINE = frozenset({"br", "dd", "dt", "li", "tr"})  # start a line, no blank line around
 _VOID = frozenset(
     {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
      "track", "wbr"}
@@ -64,7 +64,7 @@ class _TextExtractor(HTMLParser):
             return
         if tag == "pre":
             self._pre += 1
-        if tag in _BLOCK:
+        if tag in _BLOCK or tag in _LINE:
             self.parts.append("\n")
         if tag == "li":
             self.parts.append("- ")
