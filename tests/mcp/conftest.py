@@ -15,12 +15,25 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
-from fanloop.mcp import MCPServer
+from fanloop.mcp import MCPServer, MCPTool, load_mcp_tools
 
 SERVERS = Path(__file__).parent / "servers"
 TOOLS_SERVER = SERVERS / "tools_server.py"
+
+
+@pytest.fixture(scope="session")
+def stdio_listing() -> dict[str, MCPTool]:
+    """The stdio server's tools, loaded once (closed since: for tests of their attributes)."""
+
+    async def load() -> dict[str, MCPTool]:
+        async with MCPServer.stdio(sys.executable, [str(TOOLS_SERVER)]) as server:
+            tools = await load_mcp_tools(server)
+        return {t.name: t for t in tools if isinstance(t, MCPTool)}
+
+    return anyio.run(load)
 
 
 @pytest.fixture

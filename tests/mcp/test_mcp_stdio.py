@@ -32,10 +32,8 @@ def process_alive(pid: int) -> bool:
     return True
 
 
-async def test_lists_tools_with_their_schemas(stdio_server: ServerFactory) -> None:
-    async with stdio_server() as server:
-        tools = by_name(await load_mcp_tools(server))
-
+def test_lists_tools_with_their_schemas(stdio_listing: dict[str, MCPTool]) -> None:
+    tools = stdio_listing
     assert {"add", "echo", "lookup", "fail", "hang", "crash", "pid"} <= set(tools)
     add = tools["add"]
     assert isinstance(add, Tool)
@@ -65,11 +63,10 @@ async def test_calls_tools(stdio_server: ServerFactory) -> None:
     assert not echoed.is_error
 
 
-async def test_read_only_tools_are_safe_and_others_dangerous(stdio_server: ServerFactory) -> None:
-    async with stdio_server() as server:
-        tools = by_name(await load_mcp_tools(server))
-
-    lookup, add = tools["lookup"], tools["add"]
+def test_read_only_tools_are_safe_and_others_dangerous(
+    stdio_listing: dict[str, MCPTool],
+) -> None:
+    lookup, add = stdio_listing["lookup"], stdio_listing["add"]
     assert lookup.read_only
     assert not lookup.dangerous
     assert lookup.concurrent_safe
@@ -80,20 +77,15 @@ async def test_read_only_tools_are_safe_and_others_dangerous(stdio_server: Serve
     assert add.annotations == {}
 
 
-async def test_preview_renders_the_call(stdio_server: ServerFactory) -> None:
-    async with stdio_server(prefix="calc") as server:
-        tools = by_name(await load_mcp_tools(server))
-
-    assert tools["calc_add"].preview(a=1, b=2) == "calc_add(a=1, b=2)"
-    assert tools["calc_echo"].preview(text="it's") == 'calc_echo(text="it\'s")'
+def test_preview_renders_the_call(stdio_listing: dict[str, MCPTool]) -> None:
+    assert stdio_listing["add"].preview(a=1, b=2) == "add(a=1, b=2)"
+    assert stdio_listing["echo"].preview(text="it's") == 'echo(text="it\'s")'
 
 
-async def test_validate_uses_the_servers_schema(stdio_server: ServerFactory) -> None:
+def test_validate_uses_the_servers_schema(stdio_listing: dict[str, MCPTool]) -> None:
     from fanloop.errors import ToolError
 
-    async with stdio_server(include=["add"]) as server:
-        (add,) = await load_mcp_tools(server)
-
+    add = stdio_listing["add"]
     assert add.validate({"a": 1, "b": 2}) == {"a": 1, "b": 2}
     with pytest.raises(ToolError, match="missing required argument 'b'"):
         add.validate({"a": 1})
@@ -249,3 +241,23 @@ async def test_not_connected_errors(stdio_server: ServerFactory) -> None:
     server = stdio_server()
     with pytest.raises(MCPServerError, match="not connected"):
         await load_mcp_tools(server)
+
+
+async def test_cancelling_the_block_still_stops_the_subprocess(
+    stdio_server: ServerFactory,
+) -> None:
+    server = stdio_server(timeout=None)
+    pid = 0
+    with anyio.fail_after(30):
+        with anyio.CancelScope() as scope:
+            async with server:
+                tools = by_name(await load_mcp_tools(server))
+                pid = int((await tools["pid"].run()).content)
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(tools["hang"].run)
+                    await anyio.wait_all_tasks_blocked()
+                    scope.cancel()  # e.g. the run was cancelled mid-call
+
+    assert scope.cancelled_caught
+    assert not process_alive(pid)
+    assert not server.connected
