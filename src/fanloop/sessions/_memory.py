@@ -28,13 +28,13 @@ __all__ = ["MemoryStore"]
 class _Entry:
     created_at: float
     updated_at: float
-    messages: tuple[Message, ...] = ()
+    messages: list[Message] = dataclasses.field(default_factory=list)
     metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
     receipts: dict[str, EffectReceipt] = dataclasses.field(default_factory=dict)
 
     def record(self, session_id: str) -> SessionRecord:
         return SessionRecord(
-            session_id, self.messages, dict(self.metadata), self.created_at, self.updated_at
+            session_id, tuple(self.messages), dict(self.metadata), self.created_at, self.updated_at
         )
 
 
@@ -129,14 +129,14 @@ class MemoryStore:
                     f"not {start}: another writer changed it",
                     session_id=session_id,
                 )
-            entry.messages = (*entry.messages, *messages)
+            entry.messages.extend(messages)
             entry.updated_at = self._clock()
 
     async def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:
         """Replace the whole history."""
         with self._lock:
             entry = self._get(session_id)
-            entry.messages = tuple(messages)
+            entry.messages = list(messages)
             entry.updated_at = self._clock()
 
     async def update_metadata(self, session_id: str, changes: Mapping[str, Any]) -> dict[str, Any]:

@@ -37,14 +37,15 @@ class Session:
         created_at: when the session was created, in seconds since the epoch.
     """
 
-    __slots__ = ("_lock", "_messages", "_metadata", "created_at", "id", "store")
+    __slots__ = ("_lock", "_messages", "_metadata", "_snapshot", "created_at", "id", "store")
 
     def __init__(self, store: SessionStore, record: SessionRecord) -> None:
         """Wrap a stored record; stores call this from ``open`` and ``load``."""
         self.store = store
         self.id = record.id
         self.created_at = record.created_at
-        self._messages = record.messages
+        self._messages = list(record.messages)
+        self._snapshot: tuple[Message, ...] | None = record.messages
         self._metadata = dict(record.metadata)
         self._lock = anyio.Lock()
 
@@ -54,7 +55,9 @@ class Session:
     @property
     def messages(self) -> tuple[Message, ...]:
         """The conversation as persisted, oldest first."""
-        return self._messages
+        if self._snapshot is None:
+            self._snapshot = tuple(self._messages)
+        return self._snapshot
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -77,7 +80,8 @@ class Session:
             index = len(self._messages)
             with anyio.CancelScope(shield=True):
                 await self.store.append_messages(self.id, index, (message,))
-                self._messages = (*self._messages, message)
+                self._messages.append(message)
+                self._snapshot = None
             return index
 
     async def extend(self, messages: Sequence[Message]) -> None:
@@ -87,7 +91,8 @@ class Session:
         async with self._lock:
             with anyio.CancelScope(shield=True):
                 await self.store.append_messages(self.id, len(self._messages), messages)
-                self._messages = (*self._messages, *messages)
+                self._messages.extend(messages)
+                self._snapshot = None
 
     async def replace(self, messages: Sequence[Message]) -> None:
         """Atomically swap the whole history (after compaction, for example).
@@ -98,7 +103,7 @@ class Session:
         async with self._lock:
             with anyio.CancelScope(shield=True):
                 await self.store.replace_messages(self.id, new)
-                before, self._messages = len(self._messages), new
+                before, self._messages, self._snapshot = len(self._messages), list(new), new
         logger.debug("session_replaced", session_id=self.id, before=before, after=len(new))
 
     async def set_metadata(self, **changes: Any) -> None:
@@ -117,7 +122,7 @@ class Session:
         """Re-read the history and metadata from the store."""
         async with self._lock:
             record = await self.store.read_record(self.id)
-            self._messages = record.messages
+            self._messages, self._snapshot = list(record.messages), record.messages
             self._metadata = dict(record.metadata)
 
     # -- tool-effect receipts ------------------------------------------------------------

@@ -115,6 +115,9 @@ class SQLiteStore:
         busy_timeout: seconds to wait for another writer to finish before failing.
         synchronous: ``"NORMAL"`` survives the process dying; ``"FULL"`` also survives
             a power loss, with an fsync per write.
+
+    Attributes:
+        path: the database file, as given.
     """
 
     def __init__(
