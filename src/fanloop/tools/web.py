@@ -29,7 +29,9 @@ __all__ = ["HttpRequestTool", "WebFetchTool", "html_to_text"]
 
 _USER_AGENT = "fanloop (+https://github.com/fanloop/fanloop)"
 
-_DROP = frozenset({"script", "style", "noscript", "template", "svg", "head", "iframe", "canvas"})
+_DROP = frozenset(
+    {"script", "style", "noscript", "template", "svg", "head", "title", "iframe", "canvas"}
+)
 _BLOCK = frozenset(
     {
         "address", "article", "aside", "blockquote", "details", "div", "dl", "fieldset",
