@@ -517,9 +517,9 @@ async def test_multi_observer_calls_in_argument_order_and_nests_conversations() 
     assert names[:4] == ["A.enter", "B.enter", "A.on_conversation_start", "B.on_conversation_start"]
     assert names[-4:] == ["A.on_conversation_end", "B.on_conversation_end", "B.exit", "A.exit"]
     middle = names[4:-4]
-    assert middle == [f"{who}.{cb}" for cb in (
-        "on_request", "on_response", "on_tool_start", "on_tool_end", "on_request", "on_response"
-    ) for who in "AB"]  # fmt: skip
+    callbacks = ["on_request", "on_response", "on_tool_start", "on_tool_end"]
+    callbacks += ["on_request", "on_response"]
+    assert middle == [f"{who}.{cb}" for cb in callbacks for who in "AB"]
 
 
 async def test_multi_observer_one_failing_callback_does_not_stop_the_others() -> None:
