@@ -365,3 +365,17 @@ async def test_grep_is_bounded(ws: Path) -> None:
     assert len(long_line) < 400
     cut = (await GrepTool(root=ws, max_chars=40).run(pattern="hit")).content
     assert cut.endswith("[output cut at 40 characters; narrow the search]")
+
+
+async def test_pipes_are_refused_not_opened(ws: Path) -> None:
+    os.mkfifo(ws / "pipe")
+    (ws / "a.txt").write_text("needle\n")
+    with pytest.raises(ToolError, match="not a regular file"):
+        await ReadFileTool(root=ws, read_cache=False).run(path="pipe")
+    with pytest.raises(ToolError, match="not a regular file"):
+        await WriteFileTool(root=ws, read_cache=False).run(path="pipe", content="x")
+    with pytest.raises(ToolError, match="not a regular file"):
+        await EditFileTool(root=ws, read_cache=False).run(
+            path="pipe", old_string="a", new_string="b"
+        )
+    assert (await GrepTool(root=ws).run(pattern="needle")).content == "a.txt:1: needle"

@@ -130,3 +130,5 @@ async def test_bad_input(ws: Path) -> None:
     with pytest.raises(ToolError, match="must be a positive number"):
         await tool.run(command="true", timeout=-1)
     assert tool.parameters["properties"]["timeout"]["maximum"] == 5
+    with pytest.raises(ToolError, match="Cannot run bash in"):
+        await BashTool(root=ws / "gone").run(command="true")

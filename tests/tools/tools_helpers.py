@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +12,8 @@ from fanloop.messages import ToolCallPart
 from fanloop.tools import RunContext
 from fanloop.tools.base import _current
 
-PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+PG_DSN = os.environ.get("FANLOOP_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+"""The test server (override with FANLOOP_TEST_PG_DSN)."""
 
 
 @contextlib.contextmanager

@@ -57,8 +57,19 @@ def _is_binary(head: bytes) -> bool:
     return b"\x00" in head[:_SNIFF]
 
 
+def _check_special(path: Path, display: str) -> None:
+    """Refuse a FIFO, socket or device: opening one could block or never end."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return  # missing or unreadable: the caller reports it
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise ToolError(f"{display} is not a regular file (a pipe, socket or device).")
+
+
 def _read_text(path: Path, display: str) -> str:
     """The whole file as text, or a ToolError the model can act on."""
+    _check_special(path, display)
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -135,6 +146,7 @@ class _Slice:
 
 
 def _read_slice(path: Path, display: str, offset: int, limit: int | None, budget: int) -> _Slice:
+    _check_special(path, display)
     try:
         fh = path.open("rb")
     except FileNotFoundError:
@@ -288,6 +300,7 @@ def _range_label(offset: int, limit: int | None) -> str:
 
 def _existing_text(path: Path) -> str | None:
     """The current text of ``path``, ``None`` if it does not exist."""
+    _check_special(path, "The path")
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -352,6 +365,7 @@ class WriteFileTool(_FileTool):
 def _write(path: Path, display: str, content: str, root: Path) -> bool:
     if path.is_dir():
         raise ToolError(f"{display} is a directory; write_file writes files.")
+    _check_special(path, display)
     existed = path.exists()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -547,6 +561,7 @@ class DeleteFileTool(_FileTool):
 
 
 def _read_text_or_note(path: Path, display: str) -> str:
+    _check_special(path, display)
     if path.is_dir():
         raise ToolError(f"{display} is a directory; delete_file deletes files only.")
     data = path.read_bytes() if path.exists() else None
@@ -823,7 +838,8 @@ class GrepTool(_FileTool):
                 stopped = f"the search stopped after {self.time_budget:g} s"
                 break
             try:
-                if file.stat().st_size > self.max_file_bytes:
+                info = file.stat()
+                if not stat.S_ISREG(info.st_mode) or info.st_size > self.max_file_bytes:
                     continue
                 data = file.read_bytes()
             except OSError:

@@ -174,17 +174,23 @@ async def run_command(
 
     Returns:
         The :class:`CommandOutcome`. Cancellation propagates, after the group is killed.
+
+    Raises:
+        ToolError: the program could not be started.
     """
     started = time.monotonic()
-    process = await anyio.open_process(
-        argv,
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        env=env if env is not None else {**os.environ, **_NONINTERACTIVE},
-    )
+    try:
+        process = await anyio.open_process(
+            argv,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env if env is not None else {**os.environ, **_NONINTERACTIVE},
+        )
+    except OSError as exc:  # the program or the directory is missing
+        raise ToolError(f"Cannot run {argv[0]} in {cwd}: {exc.strerror or exc}.") from None
     sink = _Bounded(max_output)
     finished = False
     try:
