@@ -143,6 +143,9 @@ async def test_crash_gives_error_results_for_in_flight_and_later_calls(
                 await anyio.wait_all_tasks_blocked()
                 tg.start_soon(call, "crash")
             later = await tools["add"].run(a=1, b=2)
+            assert not server.connected
+            with pytest.raises(MCPServerError, match="failed to list its tools"):
+                await load_mcp_tools(server)
 
     for result in (results["hang"], results["crash"], later):
         assert result.is_error

@@ -107,6 +107,7 @@ class _Connection:
         self.failure: Exception | None = None
         self.stderr: IO[bytes] | None = None
         self.previous: _Connection | None = None
+        self.lost = False
         self._stack = AsyncExitStack()
         self._closing = anyio.Event()
 
@@ -170,7 +171,7 @@ class _Connection:
                 task_status.started()
 
     def require_client(self) -> Client:
-        if self.client is None:
+        if self.client is None or self.lost:
             raise MCPError(code=CONNECTION_CLOSED, message="Connection closed")
         return self.client
 
@@ -192,8 +193,8 @@ class MCPServer:
 
         server = MCPServer.stdio(sys.executable, ["server.py"])
         async with server:
-            tools = await load_mcp_tools(server)
-            result = await agent.run("...", tools=tools)
+            agent = Agent(provider, tools=await load_mcp_tools(server))
+            result = await agent.run("...")
 
     Tools keep a reference to the server, not to one connection: they call through the
     connection of the task they run in (or the server's only open connection), so tools loaded
@@ -319,8 +320,12 @@ class MCPServer:
 
     @property
     def connected(self) -> bool:
-        """Whether this task can reach the server (it or its only connection is open)."""
-        return self._connection() is not None
+        """Whether this task has a live connection (its own, or the server's only one).
+
+        ``False`` outside ``async with server`` and after the server crashed or hung up.
+        """
+        conn = self._connection()
+        return conn is not None and conn.client is not None and not conn.lost
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -407,10 +412,10 @@ class MCPServer:
             return self._open[0]
         return None
 
-    def _client(self) -> Client:
+    def _live_connection(self) -> _Connection:
         conn = self._connection()
         if conn is not None:
-            return conn.require_client()
+            return conn
         if not self._open:
             raise MCPServerError(
                 f"MCP server {self.name!r} is not connected; use it inside `async with server:`",
@@ -429,10 +434,11 @@ class MCPServer:
             MCPServerError: not connected, the server failed, or it did not answer within
                 ``connect_timeout``.
         """
-        client = self._client()
+        conn = self._live_connection()
         tools: list[RemoteTool] = []
         cursor: str | None = None
         try:
+            client = conn.require_client()
             for _ in range(_LIST_PAGE_CAP):
                 page = await client.list_tools(cursor=cursor)
                 tools.extend(page.tools)
@@ -440,6 +446,8 @@ class MCPServer:
                 if cursor is None:
                     break
         except Exception as err:
+            if _is_mcp_error(err, CONNECTION_CLOSED):
+                conn.lost = True
             raise MCPServerError(
                 f"MCP server {self.name!r} failed to list its tools: {_describe(err)}",
                 server=self.name,
@@ -456,10 +464,16 @@ class MCPServer:
             mcp.MCPError: the server answered with a protocol error, the connection closed
                 (``CONNECTION_CLOSED``), or ``timeout`` passed (``REQUEST_TIMEOUT``).
         """
-        client = self._client()
+        conn = self._live_connection()
+        client = conn.require_client()
         # None would fall back to the session's default (connect_timeout): spell "no limit".
         limit = math.inf if timeout is None else timeout
-        return await client.call_tool(name, dict(arguments), read_timeout_seconds=limit)
+        try:
+            return await client.call_tool(name, dict(arguments), read_timeout_seconds=limit)
+        except MCPError as err:
+            if err.code == CONNECTION_CLOSED:
+                conn.lost = True  # a closed session never reopens: fail later calls at once
+            raise
 
     def stderr_tail(self) -> str | None:
         """The end of this task's stdio server stderr, when fanloop captures it."""
