@@ -93,7 +93,9 @@ async def test_context_usage_is_reported_against_the_window() -> None:
     seen: list[tuple[int, int]] = []
     provider = ScriptedProvider([reply("hi", usage=Usage(input_tokens=120, output_tokens=5))])
     agent = Agent(
-        provider, context_window=1000, hooks=Hooks(on_context=lambda used, limit: seen.append((used, limit)))
+        provider,
+        context_window=1000,
+        hooks=Hooks(on_context=lambda used, limit: seen.append((used, limit))),
     )
     await agent.run("hello")
     assert seen == [(125, 1000)]

@@ -229,11 +229,6 @@ async def test_an_invalid_limit_is_refused() -> None:
         await fanloop.gather(lambda: anyio.sleep(0), limit=0)
 
 
-@pytest.mark.xfail(
-    reason="BUG: gather(limit=0) raises ValueError before closing the coroutines it was given, "
-    "so they are never awaited",
-    strict=True,
-)
 async def test_an_invalid_limit_closes_the_coroutines_it_was_given() -> None:
     coro = anyio.sleep(0)
     with pytest.raises(ValueError, match="limit"):

@@ -360,11 +360,6 @@ async def test_hooks_and_an_observer_both_receive_events() -> None:
     assert seen == ["observer:a", "hook:a", "observer:b", "hook:b"]
 
 
-@pytest.mark.xfail(
-    reason="BUG: Agent.with_options carries the resolved confirm (hooks.confirm) over, so new "
-    "hooks' confirm is ignored",
-    strict=True,
-)
 async def test_with_options_new_hooks_bring_their_own_confirm() -> None:
     remove = Remove()
     agent = Agent(

@@ -108,11 +108,6 @@ async def test_subagent_lines_carry_their_own_run_id_and_agent_path() -> None:
     assert child[0]["run_id"] != result.run_id
 
 
-@pytest.mark.xfail(
-    reason="BUG: _agent._execute binds run_id/agent_path with bind_contextvars in the caller's "
-    "context and never unbinds; a lone delegate call (no task group) overwrites the parent's",
-    strict=True,
-)
 async def test_the_parent_keeps_its_own_run_id_after_a_single_delegation() -> None:
     agent = Agent(
         ScriptedProvider(lead_with_retry_after_delegation(1)),
@@ -129,11 +124,6 @@ async def test_the_parent_keeps_its_own_run_id_after_a_single_delegation() -> No
     assert retries[-1]["run_id"] == result.run_id
 
 
-@pytest.mark.xfail(
-    reason="BUG: _agent._execute leaves run_id/agent_path bound in the caller's contextvars "
-    "after agent.run() returns, so the application's own later log lines carry them",
-    strict=True,
-)
 async def test_a_run_leaves_no_context_bound_in_the_caller() -> None:
     structlog.contextvars.bind_contextvars(request_id="r-1")
     await Agent(ScriptedProvider(["hi"])).run("hello")
@@ -194,12 +184,6 @@ async def test_stdlib_logging_below_warning_is_filtered_by_default(
     assert any(m.startswith("tool_failed") for m in messages)
 
 
-@pytest.mark.xfail(
-    reason="BUG/design: _log decides by structlog.is_configured(), which stays True after "
-    "structlog.testing.capture_logs() (it calls configure()); fanloop then prints every "
-    "debug line to stdout through structlog's default PrintLogger",
-    strict=True,
-)
 async def test_nothing_reaches_stdout_after_capture_logs_was_used(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

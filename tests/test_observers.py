@@ -717,11 +717,6 @@ async def test_an_exception_from_conversation_exit_propagates_out_of_run() -> No
     assert len(rec.args("on_conversation_end")) == 1
 
 
-@pytest.mark.xfail(
-    reason="BUG: _dispatch._is_noop looks at the class only, so an on_* set on the instance "
-    "of a NullObserver is never called",
-    strict=True,
-)
 async def test_a_callback_set_on_a_null_observer_instance_is_called() -> None:
     seen: list[str] = []
     observer = NullObserver()

@@ -77,7 +77,7 @@ async def test_run_chat_and_tool_spans(
     assert run.attributes["fanloop.termination_reason"] == "completed"
 
     chats = [s for s in exporter.get_finished_spans() if s.name.startswith("chat")]
-    failed, first, second = chats
+    failed, first, _second = chats
     assert failed.attributes["error.type"] == "Overloaded"
     assert failed.status.status_code is StatusCode.ERROR
     assert first.kind is SpanKind.CLIENT

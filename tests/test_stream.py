@@ -182,11 +182,6 @@ async def test_an_exception_in_the_block_cancels_the_run() -> None:
     assert run.result.termination_reason is TerminationReason.CANCELLED
 
 
-@pytest.mark.xfail(
-    reason="BUG: RunStream.__aexit__ hands the body's exception to the task group's __aexit__, "
-    "which wraps it in an ExceptionGroup",
-    strict=True,
-)
 async def test_an_exception_in_the_block_propagates_as_itself() -> None:
     started, cancelled, closed = anyio.Event(), anyio.Event(), []
     agent = Agent(blocking_provider(started, cancelled, closed))
@@ -208,11 +203,6 @@ async def test_cancel_stops_the_run_and_keeps_the_partial_result() -> None:
     assert run.result.termination_reason is TerminationReason.CANCELLED
 
 
-@pytest.mark.xfail(
-    reason="BUG: RunStream.cancel() cancels the task group's scope, which also covers the "
-    "consumer's own code in the block: the rest of the block is silently skipped",
-    strict=True,
-)
 async def test_cancel_leaves_the_consumer_running_to_read_the_last_events() -> None:
     started, cancelled, closed = anyio.Event(), anyio.Event(), []
     agent = Agent(blocking_provider(started, cancelled, closed))
@@ -314,11 +304,6 @@ async def test_a_provider_error_is_raised_after_the_last_event_with_the_partial_
     assert len(run.result.messages) == 3  # prompt, tool call, tool result: nothing lost
 
 
-@pytest.mark.xfail(
-    reason="BUG: the provider error raised by the iteration leaves the async-with block wrapped "
-    "in an ExceptionGroup (RunStream.__aexit__ passes it to the task group)",
-    strict=True,
-)
 async def test_a_provider_error_from_the_iteration_leaves_the_block_unwrapped() -> None:
     agent = Agent(
         tool_round_then_overloaded(), tools=[add], retry=RetryPolicy(max_retries=1, base_delay=0)
@@ -360,11 +345,6 @@ def partial_then_fail() -> FnStreamProvider:
     return FnStreamProvider(fn)
 
 
-@pytest.mark.xfail(
-    reason="BUG: _model.call_model never learns that the failed attempt emitted deltas "
-    "(emitted is only set when invoke returns), so discard_partial is False",
-    strict=True,
-)
 async def test_a_retry_after_streamed_deltas_asks_to_discard_them() -> None:
     async with Agent(partial_then_fail(), retry=FAST).stream("go") as run:
         events = await consume(run)

@@ -363,12 +363,6 @@ async def test_as_tool_outside_a_run_just_runs_the_agent(concurrent_safe: bool) 
     assert not result.is_error
 
 
-@pytest.mark.xfail(
-    reason="BUG/design: _dispatch forwards sub-agent text_delta (and request/response/tool) "
-    "events to the parent's hooks and observer, which get no lineage: a CLI printing "
-    "hooks.on_text_delta shows the sub-agents' reports mixed into the answer",
-    strict=True,
-)
 async def test_the_parents_text_delta_hook_sees_only_the_parents_answer() -> None:
     chunks: list[str] = []
 

@@ -12,8 +12,8 @@ import anyio
 
 from ._dispatch import Emitter, build_table
 from ._fanout import LimiterPool
-from ._log import bind, logger
-from ._model import make_invoker
+from ._log import bind, logger, unbind
+from ._model import Invoker, make_invoker
 from ._result import RunResult, TerminationReason
 from ._retry import RetryPolicy
 from ._run import RunState
@@ -85,6 +85,7 @@ class Agent:
     """
 
     __slots__ = (
+        "_confirm_arg",
         "_invoke",
         "_table",
         "_tool_async",
@@ -151,7 +152,8 @@ class Agent:
     tools: dict[str, Tool]
     tool_specs: tuple[ToolSpec, ...]
     _tool_async: dict[str, bool]
-    _invoke: Any
+    _invoke: Invoker
+    _confirm_arg: ConfirmFn | None
     _table: dict[str, tuple[Any, ...]]
 
     def __init__(
@@ -211,10 +213,10 @@ class Agent:
             raise ConfigurationError("compact_threshold must be in (0, 1]")
         if max_depth < 0:
             raise ConfigurationError("max_depth must be >= 0")
+        set_ = partial(object.__setattr__, self)
+        set_("_confirm_arg", confirm)
         if confirm is None and hooks is not None:
             confirm = hooks.confirm
-
-        set_ = partial(object.__setattr__, self)
         set_("provider", provider)
         set_("provider_name", str(getattr(provider, "name", type(provider).__name__)))
         set_("model", str(getattr(provider, "model", "")))
@@ -246,7 +248,7 @@ class Agent:
         set_("max_tokens_ceiling", ceiling)
 
         hosted = tuple(hosted_tools)
-        supported = getattr(provider, "hosted_tools", frozenset())
+        supported: frozenset[str] = getattr(provider, "hosted_tools", frozenset())
         for h in hosted:
             if h.kind not in supported:
                 raise ConfigurationError(
@@ -325,7 +327,7 @@ class Agent:
         return f"{self.system_prompt}\n\n{block}" if self.system_prompt else block
 
     @property
-    def invoke(self) -> Any:
+    def invoke(self) -> Invoker:
         """The prebuilt provider call (streaming or not), used by the loop."""
         return self._invoke
 
@@ -355,7 +357,7 @@ class Agent:
             "tools": [t for t in self.tools.values() if t.name not in _AUTO_TOOLS],
             "limits": self.limits,
             "retry": self.retry,
-            "confirm": self.confirm,
+            "confirm": self._confirm_arg,
             "auto_approve": self.auto_approve,
             "observer": self.observer,
             "hooks": self.hooks,
@@ -515,8 +517,22 @@ class Agent:
             depth=0 if parent is None else parent.depth + 1,
             parent=parent,
         )
-        bind(run_id=run.run_id, agent_path="/".join(path))
-        observer = self.observer if parent is None else None
+        log_tokens = bind(run_id=run.run_id, agent_path="/".join(path))
+        try:
+            return await self._run_observed(run, prompt, before, parent is None, session)
+        finally:
+            unbind(log_tokens)
+
+    async def _run_observed(
+        self,
+        run: RunState,
+        prompt: Prompt | None,
+        before: Callable[[RunState], Awaitable[RunResult | None]] | None,
+        root: bool,
+        session: Session | None,
+    ) -> RunResult:
+        emitter = run.emitter
+        observer = self.observer if root else None
         result: RunResult | None = None
         error: BaseException | None = None
         with observer.conversation() if observer is not None else nullcontext():
@@ -542,7 +558,7 @@ class Agent:
                 if result is None:
                     if prompt is not None:
                         await run.append(_user_message(prompt))
-                    result = await self._loop(run, deadline=parent is None)
+                    result = await self._loop(run, deadline=root)
             except ProviderError as exc:
                 error = exc
                 result = run.result(TerminationReason.PROVIDER_ERROR, detail=str(exc))

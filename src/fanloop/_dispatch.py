@@ -21,17 +21,19 @@ __all__ = ["Emitter", "Handler", "build_table"]
 Handler = Callable[[Any], Any]
 Table = dict[str, tuple[Handler, ...]]
 
-# Conversation bookkeeping that stays with the agent that emitted it: a sub-agent's versions of
-# these reach the parent's stream (with lineage) but not the parent's observer and hooks.
-_LOCAL_KINDS = frozenset(
+# Which of a sub-agent's events reach the parent's observer and hooks. Every one of them reaches
+# the parent's stream and ``on_event`` with its lineage; the lineage-less callbacks get only the
+# tool activity, approvals, retries and warnings, so that a sub-agent's text, requests and
+# conversation bookkeeping are never mistaken for the parent's own.
+_FORWARDED_TO_CALLBACKS = frozenset(
     {
-        "run_started",
-        "run_finished",
-        "message_appended",
-        "usage_updated",
-        "context_usage",
-        "compaction_started",
-        "compaction_finished",
+        "tool_started",
+        "tool_finished",
+        "approval_requested",
+        "approval_resolved",
+        "retry_scheduled",
+        "stall_detected",
+        "budget_warning",
     }
 )
 
@@ -70,6 +72,8 @@ def _is_noop(observer: object, name: str) -> bool:
         return _is_noop(observer.inner, name)
     if isinstance(observer, MultiObserver):
         return all(_is_noop(o, name) for o in observer.observers)
+    if name in getattr(observer, "__dict__", ()):
+        return False  # set on the instance
     impl = getattr(type(observer), name, None)
     if impl is None:
         return getattr(observer, name, None) is None
@@ -177,7 +181,7 @@ class Emitter:
                 out = handler(event)
                 if out is not None:
                     await out
-        if local or event.kind not in _LOCAL_KINDS:
+        if local or event.kind in _FORWARDED_TO_CALLBACKS:
             handlers = self.table.get(event.kind)
             if handlers:
                 for handler in handlers:

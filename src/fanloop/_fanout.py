@@ -243,6 +243,10 @@ async def _run_dangerous(run: RunState, item: _Call, results: list[ToolResultPar
         return
     session = run.session
     if session is not None:  # a durable receipt before the effect, committed after it
+        earlier = await session.effect(call.id)
+        if earlier is not None:
+            await _replay(run, item, results, earlier)
+            return
         await session.begin_effect(turn=run.turns, call=call)
     await _run_one(run, item, results, announced=True)
     if session is not None:
@@ -250,6 +254,31 @@ async def _run_dangerous(run: RunState, item: _Call, results: list[ToolResultPar
         assert done is not None
         with anyio.CancelScope(shield=True):
             await session.commit_effect(call.id, done)
+
+
+async def _replay(
+    run: RunState, item: _Call, results: list[ToolResultPart | None], receipt: Any
+) -> None:
+    """A call whose id already has a receipt is never run twice: replay or refuse."""
+    from ._resume import receipt_result
+
+    call = item.call
+    part = receipt_result(call, receipt)
+    if part is None:
+        from ._result import TerminationReason
+
+        part = ToolResultPart(
+            call_id=call.id,
+            content="Not run: an earlier attempt of this exact call may already have taken "
+            "effect, and its outcome is unknown.",
+            is_error=True,
+        )
+        run.end(
+            TerminationReason.EFFECT_OUTCOME_UNCERTAIN,
+            f"tool call {call.id} ({call.name}) was started earlier but never committed",
+        )
+    results[item.index] = part
+    await run.emitter.emit(ToolFinished(call, part, 0.0))
 
 
 async def _confirm(run: RunState, name: str, preview: str) -> tuple[bool, str | None]:
@@ -286,7 +315,7 @@ async def _run_one(
     limiters = run.agent.limiters_for(tool)
     async with AsyncExitStack() if limiters else _NO_STACK as stack:
         for limiter in limiters:
-            await stack.enter_async_context(limiter)
+            await stack.enter_async_context(limiter)  # type: ignore[union-attr]
         if not announced and emitter.wants("tool_started"):
             await emitter.emit(ToolStarted(call))
         started = time.perf_counter()
@@ -344,7 +373,7 @@ async def _run_one(
 
 async def _invoke(run: RunState, tool: Tool, kwargs: dict[str, Any]) -> Any:
     if run.agent.tool_is_async(tool):
-        return await tool.run(**kwargs)  # type: ignore[misc]
+        return await tool.run(**kwargs)
     limiter = run.agent.limiters.get("__threads__", run.agent.limiters.threads)
     value = await anyio.to_thread.run_sync(
         lambda: tool.run(**kwargs), limiter=limiter, abandon_on_cancel=True

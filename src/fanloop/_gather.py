@@ -36,6 +36,9 @@ async def gather(
     Cancelling ``gather`` cancels every run in it.
     """
     if limit is not None and limit < 1:
+        for item in runs:
+            if inspect.iscoroutine(item):
+                item.close()
         raise ValueError("limit must be >= 1")
     results: list[Any] = [None] * len(runs)
     started = [False] * len(runs)
@@ -48,7 +51,7 @@ async def gather(
         try:
             started[index] = True
             awaitable = item() if callable(item) and not inspect.isawaitable(item) else item
-            results[index] = await awaitable  # type: ignore[misc]
+            results[index] = await awaitable
         except Exception as exc:
             results[index] = exc
             if fail_fast and not failure:

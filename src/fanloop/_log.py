@@ -14,12 +14,15 @@ loop (see :func:`bind`), so every line of a run carries them.
 from __future__ import annotations
 
 import logging
+import sys
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
-from structlog.contextvars import bind_contextvars, get_contextvars
+import structlog.testing
+from structlog.contextvars import bind_contextvars, get_contextvars, reset_contextvars
 
-__all__ = ["bind", "logger"]
+__all__ = ["bind", "logger", "unbind"]
 
 _std = logging.getLogger("fanloop")
 _LEVELS = {
@@ -35,7 +38,7 @@ class _Logger:
     __slots__ = ()
 
     def _log(self, level: str, event: str, kw: dict[str, Any]) -> None:
-        if structlog.is_configured():
+        if _structlog_wanted():
             getattr(structlog.get_logger("fanloop"), level)(event, **kw)
             return
         lvl = _LEVELS[level]
@@ -61,9 +64,36 @@ class _Logger:
         self._log("exception", event, kw)
 
 
+def _structlog_wanted() -> bool:
+    """Whether the application set structlog up to receive logs.
+
+    ``structlog.is_configured()`` alone is not enough: it stays true after
+    ``structlog.testing.capture_logs()`` (which reconfigures and restores), when the output is
+    again structlog's default: everything printed to stdout.
+    """
+    if not structlog.is_configured():
+        return False
+    config = structlog.get_config()
+    if any(isinstance(p, structlog.testing.LogCapture) for p in config["processors"]):
+        return True
+    factory = config["logger_factory"]
+    return not (
+        isinstance(factory, structlog.PrintLoggerFactory)
+        and getattr(factory, "_file", None) in (None, sys.stdout, sys.__stdout__)
+    )
+
+
 logger = _Logger()
 
 
-def bind(**kw: Any) -> None:
-    """Bind context for every log line of the current task (and the tasks it starts)."""
-    bind_contextvars(**kw)
+def bind(**kw: Any) -> Mapping[str, Any]:
+    """Bind context for every log line of the current task (and the tasks it starts).
+
+    Returns the tokens to hand to :func:`unbind`, which restores what was bound before.
+    """
+    return bind_contextvars(**kw)
+
+
+def unbind(tokens: Mapping[str, Any]) -> None:
+    """Restore the context :func:`bind` replaced."""
+    reset_contextvars(**tokens)

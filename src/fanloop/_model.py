@@ -48,13 +48,25 @@ class Ending:
 
 
 Emit = Callable[[Any], Awaitable[None]]
-Invoker = Callable[[ModelRequest, Emit | None], Awaitable[tuple[ModelResponse, bool]]]
+
+
+class Progress:
+    """What one attempt has done so far: whether any delta went out (set as it happens, so a
+    failure mid-stream still knows)."""
+
+    __slots__ = ("emitted",)
+
+    def __init__(self) -> None:
+        self.emitted = False
+
+
+Invoker = Callable[[ModelRequest, Emit | None, Progress], Awaitable[ModelResponse]]
 
 
 def make_invoker(provider: Any) -> Invoker:
     """Build, once per agent, the coroutine that asks ``provider`` for one response.
 
-    It returns the response and whether any delta was emitted on the way. A provider with
+    It returns the response and records in ``progress`` whether a delta went out. A provider with
     ``stream()`` streams; one with only ``complete()`` is awaited (or run in a worker thread
     when ``complete`` is a plain function) and its answer emitted as one big delta.
     """
@@ -62,16 +74,15 @@ def make_invoker(provider: Any) -> Invoker:
     if callable(stream):
 
         async def invoke_stream(
-            request: ModelRequest, emit: Emit | None
-        ) -> tuple[ModelResponse, bool]:
-            emitted = False
+            request: ModelRequest, emit: Emit | None, progress: Progress
+        ) -> ModelResponse:
             response: ModelResponse | None = None
             async with stream(request) as events:
                 async for item in events:
                     if isinstance(item, ModelResponse):
                         response = item
                     else:
-                        emitted = True
+                        progress.emitted = True
                         if emit is not None:
                             await emit(item)
             if response is None:
@@ -79,7 +90,7 @@ def make_invoker(provider: Any) -> Invoker:
                     "the provider's stream ended without a final response",
                     provider=getattr(provider, "name", None),
                 )
-            return response, emitted
+            return response
 
         return invoke_stream
 
@@ -87,8 +98,9 @@ def make_invoker(provider: Any) -> Invoker:
     is_async = inspect.iscoroutinefunction(complete)
 
     async def invoke_complete(
-        request: ModelRequest, emit: Emit | None
-    ) -> tuple[ModelResponse, bool]:
+        request: ModelRequest, emit: Emit | None, progress: Progress
+    ) -> ModelResponse:
+        response: ModelResponse
         if is_async:
             response = await complete(request)
         else:
@@ -96,8 +108,7 @@ def make_invoker(provider: Any) -> Invoker:
             if inspect.isawaitable(response):
                 response = await response
         if emit is None:
-            return response, bool(response.content)
-        emitted = False
+            return response
         for index, part in enumerate(response.content):
             if isinstance(part, TextPart) and part.text:
                 await emit(TextDelta(part.text))
@@ -107,8 +118,8 @@ def make_invoker(provider: Any) -> Invoker:
                 await emit(ToolCallStarted(part.id, part.name, index))
             else:
                 continue
-            emitted = True
-        return response, emitted
+            progress.emitted = True
+        return response
 
     return invoke_complete
 
@@ -143,9 +154,9 @@ async def call_model(run: RunState, request: ModelRequest) -> ModelResponse:
         attempt += 1
         if emitter.wants("request_started"):
             await emit(RequestStarted(request, run.turns, attempt))
-        emitted = False
+        progress = Progress()
         try:
-            response, emitted = await agent.invoke(request, deltas)
+            response = await agent.invoke(request, deltas, progress)
             if not response.content and response.stop_reason not in _MAY_BE_EMPTY:
                 raise ResponseInvalid(
                     f"the model returned an empty response (stop reason {response.stop_reason})",
@@ -163,7 +174,7 @@ async def call_model(run: RunState, request: ModelRequest) -> ModelResponse:
             raise error
         delay = policy.delay(attempt, error)
         logger.info("model_call_retry", error=type(error).__name__, attempt=attempt, delay=delay)
-        await emit(RetryScheduled(attempt, delay, error, emitted))
+        await emit(RetryScheduled(attempt, delay, error, progress.emitted))
         await anyio.sleep(delay)
 
 

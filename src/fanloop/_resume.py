@@ -2,20 +2,40 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._result import RunResult, TerminationReason
-from .messages import Message, ToolResultPart
+from .messages import Message, ToolCallPart, ToolResultPart
 
 if TYPE_CHECKING:
     from ._run import RunState
 
-__all__ = ["INTERRUPTED", "repair"]
+__all__ = ["INTERRUPTED", "receipt_result", "repair"]
 
 INTERRUPTED = (
     "The tool call was interrupted before it finished and its result was lost. "
     "Call it again if you still need it."
 )
+
+
+def receipt_result(call: ToolCallPart, receipt: Any) -> ToolResultPart | None:
+    """The result a receipt stands for, or ``None`` when its outcome is uncertain."""
+    status = receipt.status
+    if status == "committed" and receipt.result is not None:
+        return receipt.result  # type: ignore[no-any-return]
+    if status == "resolved_applied":
+        return ToolResultPart(
+            call_id=call.id,
+            content="The operator confirmed this call took effect; its output was lost.",
+        )
+    if status == "resolved_not_applied":
+        return ToolResultPart(
+            call_id=call.id,
+            content="The operator confirmed this call did not take effect. Call it again "
+            "if it is still needed.",
+            is_error=True,
+        )
+    return None
 
 
 async def repair(run: RunState) -> RunResult | None:
@@ -40,25 +60,9 @@ async def repair(run: RunState) -> RunResult | None:
         receipt = await session.effect(call.id) if session is not None else None
         if receipt is None:
             results.append(ToolResultPart(call_id=call.id, content=INTERRUPTED, is_error=True))
-        elif receipt.status == "committed" and receipt.result is not None:
-            results.append(receipt.result)
-        elif receipt.status == "resolved_applied":
-            results.append(
-                ToolResultPart(
-                    call_id=call.id,
-                    content="The operator confirmed this call took effect; its output was lost.",
-                )
-            )
-        elif receipt.status == "resolved_not_applied":
-            results.append(
-                ToolResultPart(
-                    call_id=call.id,
-                    content="The operator confirmed this call did not take effect. Call it again "
-                    "if it is still needed.",
-                    is_error=True,
-                )
-            )
-        else:
+            continue
+        part = receipt_result(call, receipt)
+        if part is None:
             return run.result(
                 TerminationReason.EFFECT_OUTCOME_UNCERTAIN,
                 detail=(
@@ -66,5 +70,6 @@ async def repair(run: RunState) -> RunResult | None:
                     "check its effect and resolve it with `fanloop sessions resolve-effect`"
                 ),
             )
+        results.append(part)
     await run.append(Message.tool_results(results))
     return None

@@ -47,6 +47,7 @@ class RunStream:
         self._error: BaseException | None = None
         self._error_raised = False
         self._tg: TaskGroup | None = None
+        self._scope = anyio.CancelScope()
         self._send: MemoryObjectSendStream[Event] | None = None
         self._recv: MemoryObjectReceiveStream[Event] | None = None
 
@@ -71,15 +72,16 @@ class RunStream:
 
     async def _produce(self) -> None:
         assert self._send is not None
-        async with self._send:
-            try:
-                self._result = await self._execute(send=self._deliver)
-            except anyio.get_cancelled_exc_class() as exc:
-                self._result = getattr(exc, "partial", None)
-                raise
-            except Exception as exc:
-                self._error = exc
-                self._result = getattr(exc, "partial", None)
+        with self._scope:  # the run's own scope: cancelling it leaves the consumer running
+            async with self._send:
+                try:
+                    self._result = await self._execute(send=self._deliver)
+                except anyio.get_cancelled_exc_class() as exc:
+                    self._result = getattr(exc, "partial", None)
+                    raise
+                except Exception as exc:
+                    self._error = exc
+                    self._result = getattr(exc, "partial", None)
 
     async def _deliver(self, event: Event) -> None:
         assert self._send is not None
@@ -100,9 +102,9 @@ class RunStream:
             raise StopAsyncIteration from None
 
     async def cancel(self) -> None:
-        """Cancel the run (its partial result stays available as ``result``)."""
-        if self._tg is not None:
-            self._tg.cancel_scope.cancel()
+        """Cancel the run. Iteration then ends after the run's last events (``run_finished``),
+        and ``result`` holds the partial result."""
+        self._scope.cancel()
 
     async def __aexit__(
         self,
@@ -114,15 +116,17 @@ class RunStream:
         assert self._recv is not None
         if self._result is None or exc_type is not None:
             self._recv.close()  # wakes a producer blocked on a full buffer
-            self._tg.cancel_scope.cancel()
+            self._scope.cancel()
         try:
-            suppress = await self._tg.__aexit__(exc_type, exc, tb)
+            # The block's own exception is not handed to the task group (which would wrap it
+            # in an ExceptionGroup): it propagates as itself once the run task is done.
+            await self._tg.__aexit__(None, None, None)
         finally:
             self._recv.close()
         if exc_type is None and self._error is not None and not self._error_raised:
             self._error_raised = True
             raise self._error
-        return suppress
+        return None
 
     def __repr__(self) -> str:
         state: Any = self._result.termination_reason if self._result else "running"

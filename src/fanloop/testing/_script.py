@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import itertools
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,12 +11,11 @@ from ..providers._types import ModelResponse, StopReason, Usage
 
 __all__ = ["Fault", "call", "reply"]
 
-_ids = itertools.count(1)
-
 
 def call(name: str, /, _id: str | None = None, **arguments: Any) -> ToolCallPart:
-    """A scripted tool call; ids are ``call_1``, ``call_2``... unless ``_id`` is given."""
-    return ToolCallPart(id=_id or f"call_{next(_ids)}", name=name, arguments=arguments)
+    """A scripted tool call; the id is random (``call_…``, unique like a provider's) unless
+    ``_id`` is given."""
+    return ToolCallPart(id=_id or f"call_{uuid.uuid4().hex[:12]}", name=name, arguments=arguments)
 
 
 def reply(
