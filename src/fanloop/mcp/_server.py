@@ -26,11 +26,10 @@ from typing import IO, TYPE_CHECKING, Any, TextIO
 import anyio
 import anyio.abc
 import httpx2
+from mcp import Client, MCPError, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT, CallToolResult
 from mcp_types import Tool as RemoteTool
-
-from mcp import Client, MCPError, StdioServerParameters, stdio_client
 
 from .._log import logger
 from ..errors import FanloopError

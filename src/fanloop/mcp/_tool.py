@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
+from mcp import MCPError
 from mcp_types import (
     CONNECTION_CLOSED,
     REQUEST_TIMEOUT,
@@ -26,8 +27,6 @@ from mcp_types import (
     TextResourceContents,
 )
 from mcp_types import Tool as RemoteTool
-
-from mcp import MCPError
 
 from .._log import logger
 from ..errors import ConfigurationError
