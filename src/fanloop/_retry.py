@@ -48,9 +48,9 @@ class RetryPolicy:
     def delay(self, attempt: int, error: BaseException | None = None) -> float:
         """Seconds to wait before the retry that follows failed ``attempt`` (from 1)."""
         retry_after = getattr(error, "retry_after", None)
-        if retry_after is not None and retry_after >= 0:
+        if isinstance(retry_after, int | float) and retry_after >= 0:
             return min(float(retry_after), self.max_retry_after)
-        backoff = min(self.base_delay * (2 ** (attempt - 1)), self.max_delay)
+        backoff = min(self.base_delay * 2.0 ** (attempt - 1), self.max_delay)
         if self.jitter:
             backoff = backoff / 2 + random.random() * backoff / 2
         return backoff

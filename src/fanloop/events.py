@@ -90,7 +90,7 @@ def _jsonable(value: Any) -> Any:
 class TextDelta(_Event):
     """A chunk of the answer's text, as it arrives."""
 
-    kind: ClassVar[str] = "text_delta"
+    kind: ClassVar[Literal["text_delta"]] = "text_delta"
     text: str
 
 
@@ -98,7 +98,7 @@ class TextDelta(_Event):
 class ThinkingDelta(_Event):
     """A chunk of the model's reasoning; ``signature`` set when the provider sends one."""
 
-    kind: ClassVar[str] = "thinking_delta"
+    kind: ClassVar[Literal["thinking_delta"]] = "thinking_delta"
     text: str
     signature: str | None = None
 
@@ -107,7 +107,7 @@ class ThinkingDelta(_Event):
 class ToolCallStarted(_Event):
     """A tool call began streaming; its arguments follow as :class:`ToolCallDelta`."""
 
-    kind: ClassVar[str] = "tool_call_started"
+    kind: ClassVar[Literal["tool_call_started"]] = "tool_call_started"
     call_id: str
     name: str
     index: int = 0
@@ -117,7 +117,7 @@ class ToolCallStarted(_Event):
 class ToolCallDelta(_Event):
     """A fragment of a streaming tool call's JSON arguments."""
 
-    kind: ClassVar[str] = "tool_call_delta"
+    kind: ClassVar[Literal["tool_call_delta"]] = "tool_call_delta"
     call_id: str
     arguments_delta: str
     index: int = 0
@@ -133,7 +133,7 @@ StreamDelta: TypeAlias = TextDelta | ThinkingDelta | ToolCallStarted | ToolCallD
 class RunStarted(_Event):
     """A run began."""
 
-    kind: ClassVar[str] = "run_started"
+    kind: ClassVar[Literal["run_started"]] = "run_started"
     run_id: str
     agent_name: str
     model: str
@@ -144,7 +144,7 @@ class RunStarted(_Event):
 class RunFinished(_Event):
     """A run ended; ``result.termination_reason`` says how."""
 
-    kind: ClassVar[str] = "run_finished"
+    kind: ClassVar[Literal["run_finished"]] = "run_finished"
     result: RunResult
     error: BaseException | None = None
 
@@ -153,7 +153,7 @@ class RunFinished(_Event):
 class RequestStarted(_Event):
     """A model request is about to be sent (``attempt`` counts from 1)."""
 
-    kind: ClassVar[str] = "request_started"
+    kind: ClassVar[Literal["request_started"]] = "request_started"
     request: ModelRequest
     turn: int
     attempt: int = 1
@@ -163,7 +163,7 @@ class RequestStarted(_Event):
 class ResponseCompleted(_Event):
     """A model response arrived whole."""
 
-    kind: ClassVar[str] = "response_completed"
+    kind: ClassVar[Literal["response_completed"]] = "response_completed"
     response: ModelResponse
     turn: int
 
@@ -176,7 +176,7 @@ class RetryScheduled(_Event):
     when deltas of the failed attempt were already emitted: consumers should drop them.
     """
 
-    kind: ClassVar[str] = "retry_scheduled"
+    kind: ClassVar[Literal["retry_scheduled"]] = "retry_scheduled"
     attempt: int
     delay: float
     error: Exception
@@ -187,7 +187,7 @@ class RetryScheduled(_Event):
 class ModelFailed(_Event):
     """A model call failed for good, after ``attempts`` attempts."""
 
-    kind: ClassVar[str] = "model_failed"
+    kind: ClassVar[Literal["model_failed"]] = "model_failed"
     error: Exception
     attempts: int
 
@@ -196,7 +196,7 @@ class ModelFailed(_Event):
 class UsageUpdated(_Event):
     """Token usage after a model call: this turn's, the run's total, seconds since start."""
 
-    kind: ClassVar[str] = "usage_updated"
+    kind: ClassVar[Literal["usage_updated"]] = "usage_updated"
     turn_usage: Usage
     total_usage: Usage
     elapsed: float
@@ -206,7 +206,7 @@ class UsageUpdated(_Event):
 class ContextUsage(_Event):
     """How much of the model's context window the conversation fills (``limit`` 0: unknown)."""
 
-    kind: ClassVar[str] = "context_usage"
+    kind: ClassVar[Literal["context_usage"]] = "context_usage"
     used: int
     limit: int
 
@@ -215,7 +215,7 @@ class ContextUsage(_Event):
 class CompactionStarted(_Event):
     """Older history is about to be compacted into a summary."""
 
-    kind: ClassVar[str] = "compaction_started"
+    kind: ClassVar[Literal["compaction_started"]] = "compaction_started"
     message_count: int
 
 
@@ -223,7 +223,7 @@ class CompactionStarted(_Event):
 class CompactionFinished(_Event):
     """History was compacted from ``before_count`` to ``after_count`` messages."""
 
-    kind: ClassVar[str] = "compaction_finished"
+    kind: ClassVar[Literal["compaction_finished"]] = "compaction_finished"
     before_count: int
     after_count: int
 
@@ -232,7 +232,7 @@ class CompactionFinished(_Event):
 class BudgetWarning(_Event):
     """A limit is close: ``used`` of ``limit`` has been spent (at the ``warn_at`` share)."""
 
-    kind: ClassVar[str] = "budget_warning"
+    kind: ClassVar[Literal["budget_warning"]] = "budget_warning"
     budget: BudgetKind
     used: float
     limit: float
@@ -242,7 +242,7 @@ class BudgetWarning(_Event):
 class StallDetected(_Event):
     """The same tool was called with the same arguments ``count`` times in a row."""
 
-    kind: ClassVar[str] = "stall_detected"
+    kind: ClassVar[Literal["stall_detected"]] = "stall_detected"
     tool_name: str
     count: int
 
@@ -254,7 +254,7 @@ class StallDetected(_Event):
 class ApprovalRequested(_Event):
     """A dangerous call waits at the confirmation gate; ``preview`` is what the user sees."""
 
-    kind: ClassVar[str] = "approval_requested"
+    kind: ClassVar[Literal["approval_requested"]] = "approval_requested"
     call: ToolCallPart
     preview: str
 
@@ -263,7 +263,7 @@ class ApprovalRequested(_Event):
 class ApprovalResolved(_Event):
     """The gate answered; ``reason`` is what the model is told when declined."""
 
-    kind: ClassVar[str] = "approval_resolved"
+    kind: ClassVar[Literal["approval_resolved"]] = "approval_resolved"
     call: ToolCallPart
     approved: bool
     reason: str | None = None
@@ -273,7 +273,7 @@ class ApprovalResolved(_Event):
 class ToolStarted(_Event):
     """A tool call is being handled (also sent for unknown tools and invalid arguments)."""
 
-    kind: ClassVar[str] = "tool_started"
+    kind: ClassVar[Literal["tool_started"]] = "tool_started"
     call: ToolCallPart
 
 
@@ -281,7 +281,7 @@ class ToolStarted(_Event):
 class ToolFinished(_Event):
     """A tool call produced its result (possibly an error result) after ``duration`` s."""
 
-    kind: ClassVar[str] = "tool_finished"
+    kind: ClassVar[Literal["tool_finished"]] = "tool_finished"
     call: ToolCallPart
     result: ToolResultPart
     duration: float = 0.0
@@ -291,7 +291,7 @@ class ToolFinished(_Event):
 class MessageAppended(_Event):
     """A message joined the conversation at position ``index`` (and was persisted)."""
 
-    kind: ClassVar[str] = "message_appended"
+    kind: ClassVar[Literal["message_appended"]] = "message_appended"
     message: Message
     index: int
 

@@ -80,29 +80,28 @@ class OpenTelemetryObserver(NullObserver):
     def on_event(self, event: Event) -> None:
         """Open and close spans as the run's events arrive."""
         key: _RunKey = (event.agent_path, event.parent_call_id)
-        kind = event.kind
-        if kind == "run_started":
+        if event.kind == "run_started":
             parent = self._tools.get(event.parent_call_id or "")
             ctx = trace.set_span_in_context(parent) if parent else otel_context.get_current()
             span = self._tracer.start_span(
-                f"invoke_agent {event.agent_name}",  # type: ignore[union-attr]
+                f"invoke_agent {event.agent_name}",
                 context=ctx,
                 kind=SpanKind.INTERNAL,
                 attributes={
                     OPERATION: "invoke_agent",
-                    AGENT_NAME: event.agent_name,  # type: ignore[union-attr]
-                    AGENT_ID: event.run_id,  # type: ignore[union-attr]
-                    CONVERSATION_ID: event.run_id,  # type: ignore[union-attr]
-                    PROVIDER: event.provider,  # type: ignore[union-attr]
-                    REQUEST_MODEL: event.model,  # type: ignore[union-attr]
+                    AGENT_NAME: event.agent_name,
+                    AGENT_ID: event.run_id,
+                    CONVERSATION_ID: event.run_id,
+                    PROVIDER: event.provider,
+                    REQUEST_MODEL: event.model,
                 },
             )
-            self._runs[key] = (span, event.provider, event.model)  # type: ignore[union-attr]
-        elif kind == "request_started":
+            self._runs[key] = (span, event.provider, event.model)
+        elif event.kind == "request_started":
             run = self._runs.get(key)
             if run is None:
                 return
-            request = event.request  # type: ignore[union-attr]
+            request = event.request
             self._chats[key] = self._tracer.start_span(
                 f"chat {run[2]}",
                 context=trace.set_span_in_context(run[0]),
@@ -114,11 +113,11 @@ class OpenTelemetryObserver(NullObserver):
                     REQUEST_MAX_TOKENS: request.max_tokens,
                 },
             )
-        elif kind == "response_completed":
+        elif event.kind == "response_completed":
             span = self._chats.pop(key, None)
             if span is None:
                 return
-            response = event.response  # type: ignore[union-attr]
+            response = event.response
             usage = response.usage
             span.set_attribute(RESPONSE_MODEL, response.model)
             if response.response_id:
@@ -129,15 +128,15 @@ class OpenTelemetryObserver(NullObserver):
             span.set_attribute(CACHE_READ, usage.cache_read_tokens)
             span.set_attribute(CACHE_CREATION, usage.cache_write_tokens)
             span.end()
-        elif kind in ("retry_scheduled", "model_failed"):
+        elif event.kind == "retry_scheduled" or event.kind == "model_failed":
             span = self._chats.pop(key, None)
             if span is not None:
-                _fail(span, event.error)  # type: ignore[union-attr]
-        elif kind == "tool_started":
+                _fail(span, event.error)
+        elif event.kind == "tool_started":
             run = self._runs.get(key)
             if run is None:
                 return
-            call = event.call  # type: ignore[union-attr]
+            call = event.call
             self._tools[call.id] = self._tracer.start_span(
                 f"execute_tool {call.name}",
                 context=trace.set_span_in_context(run[0]),
@@ -149,15 +148,15 @@ class OpenTelemetryObserver(NullObserver):
                     TOOL_TYPE: "function",
                 },
             )
-        elif kind == "tool_finished":
-            span = self._tools.pop(event.call.id, None)  # type: ignore[union-attr]
+        elif event.kind == "tool_finished":
+            span = self._tools.pop(event.call.id, None)
             if span is None:
                 return
-            if event.result.is_error:  # type: ignore[union-attr]
+            if event.result.is_error:
                 span.set_attribute(ERROR_TYPE, "tool_error")
-                span.set_status(Status(StatusCode.ERROR, event.result.content[:200]))  # type: ignore[union-attr]
+                span.set_status(Status(StatusCode.ERROR, event.result.content[:200]))
             span.end()
-        elif kind == "run_finished":
+        elif event.kind == "run_finished":
             entry = self._runs.pop(key, None)
             chat = self._chats.pop(key, None)
             if chat is not None:
@@ -165,12 +164,12 @@ class OpenTelemetryObserver(NullObserver):
             if entry is None:
                 return
             span = entry[0]
-            result = event.result  # type: ignore[union-attr]
+            result = event.result
             span.set_attribute(INPUT_TOKENS, result.usage.total_input_tokens)
             span.set_attribute(OUTPUT_TOKENS, result.usage.output_tokens)
             span.set_attribute("fanloop.termination_reason", str(result.termination_reason))
             span.set_attribute("fanloop.turns", result.turns)
-            error = event.error  # type: ignore[union-attr]
+            error = event.error
             if error is not None:
                 _fail(span, error)
             else:

@@ -93,14 +93,15 @@ class ScriptedProvider:
     async def _resolve(self, item: Any, request: ModelRequest) -> ModelResponse:
         while True:
             if isinstance(item, ModelResponse):
-                if not item.model or not item.provider:
-                    item = item.model_copy(
+                response: ModelResponse = item
+                if not response.model or not response.provider:
+                    response = response.model_copy(
                         update={
-                            "model": item.model or self.model,
-                            "provider": item.provider or self.name,
+                            "model": response.model or self.model,
+                            "provider": response.provider or self.name,
                         }
                     )
-                return item
+                return response
             if isinstance(item, str):
                 return ModelResponse(
                     content=(TextPart(text=item),), model=self.model, provider=self.name
@@ -122,9 +123,7 @@ class ScriptedProvider:
             await anyio.sleep(self.first_delay)
         return await self._next(request)
 
-    def stream(  # type: ignore[no-redef]
-        self, request: ModelRequest
-    ) -> Any:
+    def stream(self, request: ModelRequest) -> Any:
         """Stream the next scripted turn as deltas, then yield the response."""
         return self._stream(request)
 

@@ -297,7 +297,7 @@ class FunctionTool(Tool):
                 annotation,
                 pydantic.Field(default, description=arg_docs.get(p.name)),
             )
-        self._model = pydantic.create_model(  # type: ignore[call-overload]
+        self._model = pydantic.create_model(
             f"{self.name}_arguments",
             __config__=pydantic.ConfigDict(extra="forbid"),
             **fields,
