@@ -18,7 +18,9 @@ the way is translated here into the :mod:`fanloop.errors` tree:
 from __future__ import annotations
 
 import email.utils
+import functools
 import json
+import ssl
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -53,13 +55,18 @@ __all__ = [
     "SDKErrors",
     "create_pool",
     "parse_retry_after",
+    "ssl_context",
     "status_error",
     "stream_error",
     "transport_error",
 ]
 
-DEFAULT_LIMITS = httpx2.Limits(max_connections=1000, max_keepalive_connections=1000)
-"""Pool limits of a provider-owned client: sized for thousands of concurrent runs."""
+DEFAULT_LIMITS = httpx2.Limits(max_connections=1000, max_keepalive_connections=100)
+"""Pool limits of a provider-owned client: up to 1000 requests in flight at once.
+
+Idle keep-alive connections are capped at 100: ``httpcore2`` probes every idle connection
+each time a request starts or ends, so a large idle set costs more than reconnecting (measured:
+2000 concurrent streams ran 2-3x slower with 1000 idle connections allowed than with 100)."""
 
 DEFAULT_TIMEOUT = httpx2.Timeout(600.0, connect=5.0)
 """The SDKs' own default: long reads (a model may think for minutes), quick connects."""
@@ -94,6 +101,12 @@ _ERROR_TYPES: dict[str, type[ProviderError]] = {
 }
 
 
+@functools.cache
+def ssl_context() -> ssl.SSLContext:
+    """One TLS context for every pool fanloop creates (building one costs ~50 ms)."""
+    return httpx2.create_ssl_context()
+
+
 def create_pool(
     *,
     limits: httpx2.Limits = DEFAULT_LIMITS,
@@ -103,7 +116,9 @@ def create_pool(
 
     The caller owns it: a provider given a pool never closes it.
     """
-    return httpx2.AsyncClient(limits=limits, timeout=timeout, follow_redirects=True)
+    return httpx2.AsyncClient(
+        limits=limits, timeout=timeout, follow_redirects=True, verify=ssl_context()
+    )
 
 
 def parse_retry_after(headers: Mapping[str, str]) -> float | None:

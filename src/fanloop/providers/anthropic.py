@@ -26,7 +26,14 @@ import httpx2
 from ..errors import ConfigurationError, ResponseInvalid, StreamIncomplete
 from ..events import StreamDelta, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallStarted
 from ..messages import Message, Origin, Part, TextPart, ThinkingPart, ToolCallPart
-from ._http import DEFAULT_LIMITS, DEFAULT_TIMEOUT, HTTPProvider, SDKErrors, stream_error
+from ._http import (
+    DEFAULT_LIMITS,
+    DEFAULT_TIMEOUT,
+    HTTPProvider,
+    SDKErrors,
+    ssl_context,
+    stream_error,
+)
 from ._types import HostedTool, ModelRequest, ModelResponse, StopReason, ToolSpec, Usage
 from ._wire import MessageCache, ToolsCache, dumps, parse_arguments
 
@@ -111,7 +118,9 @@ class AnthropicProvider(HTTPProvider):
             options["timeout"] = timeout
         if http_client is None:
             http_client = anthropic.DefaultAsyncHttpxClient(
-                limits=DEFAULT_LIMITS, timeout=timeout if timeout is not None else DEFAULT_TIMEOUT
+                limits=DEFAULT_LIMITS,
+                timeout=timeout if timeout is not None else DEFAULT_TIMEOUT,
+                verify=ssl_context(),
             )
         try:
             client = anthropic.AsyncAnthropic(

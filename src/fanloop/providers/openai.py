@@ -33,7 +33,14 @@ from ..messages import (
     ThinkingPart,
     ToolCallPart,
 )
-from ._http import DEFAULT_LIMITS, DEFAULT_TIMEOUT, HTTPProvider, SDKErrors, stream_error
+from ._http import (
+    DEFAULT_LIMITS,
+    DEFAULT_TIMEOUT,
+    HTTPProvider,
+    SDKErrors,
+    ssl_context,
+    stream_error,
+)
 from ._types import ModelRequest, ModelResponse, StopReason, ToolSpec, Usage
 from ._wire import MessageCache, ToolsCache, dumps, parse_arguments
 
@@ -123,7 +130,9 @@ class OpenAIProvider(HTTPProvider):
             options["base_url"] = base_url
         if http_client is None:
             http_client = openai.DefaultAsyncHttpxClient(
-                limits=DEFAULT_LIMITS, timeout=timeout if timeout is not None else DEFAULT_TIMEOUT
+                limits=DEFAULT_LIMITS,
+                timeout=timeout if timeout is not None else DEFAULT_TIMEOUT,
+                verify=ssl_context(),
             )
         try:
             client = openai.AsyncOpenAI(

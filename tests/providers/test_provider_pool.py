@@ -1,0 +1,97 @@
+"""Connection pools: owned pools are closed, borrowed ones never; one pool serves many."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import httpx2
+import pytest
+from provider_helpers import request
+
+from conftest import make_anthropic, make_openai
+from fanloop.testing import FakeLLMServer
+
+
+async def test_borrowed_pool_is_shared_and_never_closed(server: FakeLLMServer) -> None:
+    pool = httpx2.AsyncClient()
+    try:
+        anthropic = make_anthropic(server, http_client=pool)
+        openai = make_openai(server, http_client=pool)
+        server.add("a", "b")
+        assert (await anthropic.complete(request("x"))).text == "a"
+        assert (await openai.complete(request("x"))).text == "b"
+        async with anthropic:
+            pass
+        await openai.aclose()
+        assert not pool.is_closed
+        server.add("still usable")
+        response = await pool.post(
+            f"{server.anthropic_base_url}/v1/messages",
+            json={"model": "m", "max_tokens": 5, "messages": []},
+        )
+        assert response.status_code == 200
+    finally:
+        await pool.aclose()
+
+
+async def test_owned_pool_is_closed(server: FakeLLMServer, make) -> None:
+    provider = make()
+    server.add("hi")
+    await provider.complete(request("x"))
+    pool = provider._client._client
+    assert isinstance(pool, httpx2.AsyncClient)
+    assert pool._transport._pool._max_connections == 1000  # sized for heavy concurrency
+    assert pool._transport._pool._max_keepalive_connections == 100
+    await provider.aclose()
+    assert pool.is_closed
+    await provider.aclose()  # idempotent
+
+
+async def test_many_concurrent_streams_on_one_provider(server: FakeLLMServer, make) -> None:
+    import anyio
+
+    provider = make()
+    server.responder = lambda body: f"answer to {body['messages'][-1]['content']}"
+    texts: dict[int, str] = {}
+
+    async def one(n: int) -> None:
+        async with provider.stream(request(f"q{n}", tools=())) as events:
+            async for item in events:
+                final = item
+        texts[n] = final.text
+
+    async with anyio.create_task_group() as tg:
+        for n in range(50):
+            tg.start_soon(one, n)
+    assert all(
+        texts[n] in (f"answer to q{n}", f"answer to [{{'type': 'text', 'text': 'q{n}'}}]")
+        for n in range(50)
+    )
+
+
+async def test_abandoned_stream_frees_its_connection(server: FakeLLMServer, make) -> None:
+    provider = make()
+    server.add("a long answer " * 20, "next")
+    async with provider.stream(request("x")) as events:
+        async for _ in events:
+            break
+    assert (await provider.complete(request("y"))).text == "next"
+
+
+def test_sdks_not_imported_by_fanloop() -> None:
+    code = (
+        "import sys, fanloop, fanloop.providers, fanloop.testing\n"
+        "from fanloop.providers import from_env, resolve_provider\n"
+        "leaked = [m for m in ('anthropic', 'openai') if m in sys.modules]\n"
+        "assert not leaked, leaked\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("api", ["anthropic", "openai"])
+def test_stream_outside_async_with_is_an_error(server: FakeLLMServer, api: str) -> None:
+    provider = (make_anthropic if api == "anthropic" else make_openai)(server)
+    with pytest.raises(RuntimeError, match="async with"):
+        aiter(provider.stream(request("x")))
