@@ -102,8 +102,9 @@ async def fan_out(sync: bool, repeats: int = 3) -> Row:
         ScriptedProvider(lambda r: turn if len(r.messages) == 1 else "done"), tools=[sleeper]
     )
     wall = await median_time(lambda: agent.run("go"), repeats)
+    variant = "sync, worker threads" if sync else "async"
     return Row(
-        f"one turn, 32 calls of a tool sleeping 0.2 s ({'sync, worker threads' if sync else 'async'})",
+        f"one turn, 32 calls of a tool sleeping 0.2 s ({variant})",
         "wall time",
         wall,
         0.2,
