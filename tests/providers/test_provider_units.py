@@ -1,0 +1,105 @@
+"""Unit tests of the wire helpers: SSE decoding, Retry-After, error classification."""
+
+from __future__ import annotations
+
+import email.utils
+import time
+
+import pytest
+
+from fanloop.errors import (
+    BadRequest,
+    ContextWindowExceeded,
+    Overloaded,
+    RateLimited,
+    ServerError,
+)
+from fanloop.messages import INVALID_ARGUMENTS_KEY
+from fanloop.providers._http import parse_retry_after, status_error, stream_error
+from fanloop.providers._sse import SSEDecoder
+from fanloop.providers._wire import parse_arguments
+
+
+def test_sse_frames_split_anywhere() -> None:
+    body = (
+        b'event: message_start\ndata: {"a":1}\n\n: comment\n\n'
+        b"event: ping\r\ndata: {}\r\n\r\ndata: first\ndata: second\n\nid: 7\nretry: 5\n\n"
+    )
+    for size in (1, 2, 3, 7, len(body)):
+        decoder = SSEDecoder()
+        frames = []
+        for i in range(0, len(body), size):
+            frames += decoder.feed(body[i : i + size])
+        assert frames == [
+            (b"message_start", b'{"a":1}'),
+            (b"ping", b"{}"),
+            (b"", b"first\nsecond"),
+        ], size
+
+
+def test_sse_lone_cr_and_unfinished_frame() -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(b"data: x\r\rdata: y") == [(b"", b"x")]
+    assert decoder.feed(b"") == []
+
+
+def test_retry_after_forms() -> None:
+    assert parse_retry_after({}) is None
+    assert parse_retry_after({"retry-after": "3"}) == 3.0
+    assert parse_retry_after({"retry-after": "0.5"}) == 0.5
+    assert parse_retry_after({"retry-after": "-4"}) == 0.0
+    assert parse_retry_after({"retry-after-ms": "120", "retry-after": "9"}) == 0.12
+    assert parse_retry_after({"retry-after-ms": "junk", "retry-after": "9"}) == 9.0
+    assert parse_retry_after({"retry-after": "soon"}) is None
+    date = email.utils.formatdate(time.time() + 30, usegmt=True)
+    assert 25 < parse_retry_after({"retry-after": date}) <= 30  # type: ignore[operator]
+
+
+def test_should_retry_header_overrides() -> None:
+    forced = status_error(400, {"x-should-retry": "true"}, {}, provider="p")
+    assert type(forced) is BadRequest and forced.transient
+    refused = status_error(529, {"x-should-retry": "false"}, {}, provider="p")
+    assert type(refused) is Overloaded and not refused.transient
+    default = status_error(429, {}, {}, provider="p")
+    assert type(default) is RateLimited and default.transient
+
+
+def test_status_error_bodies() -> None:
+    anthropic_body = {
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": "prompt is too long: 1 > 0"},
+        "request_id": "req_body",
+    }
+    error = status_error(400, {}, anthropic_body, provider="anthropic")
+    assert type(error) is ContextWindowExceeded
+    assert error.request_id == "req_body"
+    openai_body = {"error": {"message": "too long", "code": "context_length_exceeded"}}
+    assert type(status_error(400, {}, openai_body, provider="openai")) is ContextWindowExceeded
+    assert status_error(418, {}, "teapot", provider="p").message == "HTTP 418"
+
+
+@pytest.mark.parametrize(
+    ("body", "cls"),
+    [
+        ({"type": "error", "error": {"type": "overloaded_error", "message": "x"}}, Overloaded),
+        ({"error": {"type": "rate_limit_error"}}, RateLimited),
+        ({"error": {"code": 429, "message": "slow"}}, RateLimited),
+        ({"error": {"code": 502, "message": "upstream"}}, ServerError),
+        ({"error": {"type": "invalid_request_error", "message": "bad"}}, BadRequest),
+        ({"error": {"message": "?"}}, ServerError),
+        ("garbage", ServerError),
+    ],
+)
+def test_stream_error_classes(body: object, cls: type) -> None:
+    error = stream_error(body, provider="p", request_id="r1")
+    assert type(error) is cls
+    assert error.status_code is None
+    assert error.request_id == "r1"
+
+
+def test_parse_arguments() -> None:
+    assert parse_arguments("") == {}
+    assert parse_arguments("  ") == {}
+    assert parse_arguments('{"a": [1]}') == {"a": [1]}
+    assert parse_arguments('{"a": ') == {INVALID_ARGUMENTS_KEY: '{"a": '}
+    assert parse_arguments("[1]") == {INVALID_ARGUMENTS_KEY: "[1]"}
