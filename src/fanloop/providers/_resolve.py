@@ -31,9 +31,9 @@ def resolve_provider(spec: str, **options: Any) -> Provider:
     (``api_key``, ``base_url``, ``http_client``, ``timeout``...).
 
     Example:
-        >>> provider = resolve_provider("anthropic:claude-sonnet-4-5", api_key="sk-test")
+        >>> provider = resolve_provider("anthropic:claude-sonnet-5", api_key="sk-test")
         >>> provider.name, provider.model
-        ('anthropic', 'claude-sonnet-4-5')
+        ('anthropic', 'claude-sonnet-5')
 
     Raises:
         ConfigurationError: the string has no vendor prefix, names an unknown vendor, or the

@@ -4,7 +4,7 @@
 
     from fanloop.providers.anthropic import AnthropicProvider
 
-    provider = AnthropicProvider("claude-sonnet-4-5")           # ANTHROPIC_API_KEY from the env
+    provider = AnthropicProvider("claude-sonnet-5")           # ANTHROPIC_API_KEY from the env
     async with provider:                                        # closes the pool it created
         response = await provider.complete(request)
 
@@ -73,7 +73,7 @@ class AnthropicProvider(HTTPProvider):
     """A model behind the Anthropic Messages API (``POST /v1/messages``).
 
     Args:
-        model: the model name, e.g. ``"claude-sonnet-4-5"``.
+        model: the model name, e.g. ``"claude-sonnet-5"``.
         api_key: the API key; the SDK reads ``ANTHROPIC_API_KEY`` when it is ``None``.
         base_url: the API root without ``/v1`` (the SDK reads ``ANTHROPIC_BASE_URL`` when
             ``None``).

@@ -9,7 +9,7 @@ plain synchronous code) can talk to it with the real SDK clients. Standard libra
 
     with FakeLLMServer() as server:
         server.add(reply(tool_calls=[call("get_weather", city="Paris")]), "It is sunny.")
-        provider = AnthropicProvider("claude-sonnet-4-5", api_key="test",
+        provider = AnthropicProvider("claude-sonnet-5", api_key="test",
                                      base_url=server.anthropic_base_url)
         ...
         server.requests[-1].body["messages"]     # what the client sent
