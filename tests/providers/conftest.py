@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
+from provider_helpers import make_anthropic, make_openai
 
 from fanloop.providers._http import HTTPProvider
 from fanloop.providers.anthropic import AnthropicProvider
@@ -30,20 +31,6 @@ def server() -> Iterator[FakeLLMServer]:
     with FakeLLMServer(chars_per_delta=5) as srv:
         yield srv
     assert not srv.errors, srv.errors
-
-
-def make_anthropic(server: FakeLLMServer, **options: Any) -> AnthropicProvider:
-    options.setdefault("api_key", "sk-ant-test")
-    return AnthropicProvider(
-        options.pop("model", "claude-sonnet-4-5"), base_url=server.anthropic_base_url, **options
-    )
-
-
-def make_openai(server: FakeLLMServer, **options: Any) -> OpenAIProvider:
-    options.setdefault("api_key", "sk-openai-test")
-    return OpenAIProvider(
-        options.pop("model", "gpt-4.1"), base_url=server.openai_base_url, **options
-    )
 
 
 @pytest.fixture(params=["anthropic", "openai"])

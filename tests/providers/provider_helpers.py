@@ -7,6 +7,9 @@ from typing import Any
 from fanloop.events import StreamDelta
 from fanloop.messages import Message, ToolResultPart
 from fanloop.providers import ModelRequest, ModelResponse, ToolSpec
+from fanloop.providers.anthropic import AnthropicProvider
+from fanloop.providers.openai import OpenAIProvider
+from fanloop.testing import FakeLLMServer
 
 WEATHER = ToolSpec(
     name="get_weather",
@@ -55,4 +58,18 @@ def results(*pairs: tuple[str, str] | tuple[str, str, bool]) -> Message:
     return Message.tool_results(
         ToolResultPart(call_id=p[0], content=p[1], is_error=bool(p[2]) if len(p) > 2 else False)
         for p in pairs
+    )
+
+
+def make_anthropic(server: FakeLLMServer, **options: Any) -> AnthropicProvider:
+    options.setdefault("api_key", "sk-ant-test")
+    return AnthropicProvider(
+        options.pop("model", "claude-sonnet-4-5"), base_url=server.anthropic_base_url, **options
+    )
+
+
+def make_openai(server: FakeLLMServer, **options: Any) -> OpenAIProvider:
+    options.setdefault("api_key", "sk-openai-test")
+    return OpenAIProvider(
+        options.pop("model", "gpt-4.1"), base_url=server.openai_base_url, **options
     )

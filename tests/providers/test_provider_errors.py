@@ -96,7 +96,7 @@ async def test_retry_after_ms_wins(server: FakeLLMServer, make, streaming: bool)
 
 async def test_unauthorized(make) -> None:
     with FakeLLMServer(api_key="the-right-key") as guarded:
-        from conftest import make_anthropic, make_openai
+        from provider_helpers import make_anthropic, make_openai
 
         for provider in (
             make_anthropic(guarded, api_key="wrong"),

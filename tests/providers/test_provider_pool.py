@@ -7,9 +7,8 @@ import sys
 
 import httpx2
 import pytest
-from provider_helpers import request
+from provider_helpers import make_anthropic, make_openai, request
 
-from conftest import make_anthropic, make_openai
 from fanloop.testing import FakeLLMServer
 
 
