@@ -101,3 +101,35 @@ def test_public_surface_is_pinned() -> None:
     from fanloop.providers import ModelRequest, ModelResponse, Provider, StopReason, Usage, from_env  # noqa: F401
     from fanloop.testing import FakeLLMServer, ScriptedProvider  # noqa: F401
     from fanloop.tools import DEFAULT_TOOLS, READ_ONLY_TOOLS  # noqa: F401
+
+
+async def test_an_agent_closes_only_the_provider_it_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from fanloop.testing import FakeLLMServer
+
+    class Closable:
+        name = "c"
+        model = "m"
+        closed = False
+
+        async def complete(self, request: object) -> object:
+            raise AssertionError
+
+        async def aclose(self) -> None:
+            self.closed = True
+
+    borrowed = Closable()
+    async with Agent(borrowed):
+        pass
+    assert not borrowed.closed
+
+    with FakeLLMServer() as server:
+        server.add("hi")
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.anthropic_base_url)
+        async with Agent("anthropic:claude-haiku-4-5") as agent:
+            assert (await agent.run("hello")).text == "hi"
+            provider = agent.provider
+            assert not provider._closed
+        assert provider._closed

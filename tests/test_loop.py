@@ -474,3 +474,27 @@ async def test_every_termination_reason_has_its_string_value() -> None:
         "effect_outcome_uncertain",
         "unknown",
     }
+
+
+async def test_a_paused_turn_keeps_its_wire_blocks_for_exact_replay() -> None:
+    from fanloop.messages import Origin
+
+    def raw(*blocks: str) -> Origin:
+        return Origin(provider="p", api="a", model="m", raw=[{"b": b} for b in blocks])
+
+    provider = ScriptedProvider(
+        [
+            reply("Searching", stop_reason=StopReason.PAUSED).model_copy(
+                update={"origin": raw("server_tool_use", "text1")}
+            ),
+            reply(" done.").model_copy(update={"origin": raw("text2")}),
+        ]
+    )
+    result = await Agent(provider).run("go")
+    paused = provider.requests[1].messages[-1]
+    assert paused.origin is not None
+    assert paused.origin.raw == [{"b": "server_tool_use"}, {"b": "text1"}]
+    final = result.messages[-1]
+    assert final.text == "Searching done."
+    assert final.origin is not None
+    assert [b["b"] for b in final.origin.raw] == ["server_tool_use", "text1", "text2"]

@@ -87,6 +87,7 @@ class Agent:
     __slots__ = (
         "_confirm_arg",
         "_invoke",
+        "_owns_provider",
         "_table",
         "_tool_async",
         "auto_approve",
@@ -154,6 +155,7 @@ class Agent:
     _tool_async: dict[str, bool]
     _invoke: Invoker
     _confirm_arg: ConfirmFn | None
+    _owns_provider: bool
     _table: dict[str, tuple[Any, ...]]
 
     def __init__(
@@ -197,6 +199,7 @@ class Agent:
             provider = client
         if provider is None:
             raise ConfigurationError("Agent needs a provider (or a 'vendor:model' string)")
+        owns_provider = isinstance(provider, str)
         if isinstance(provider, str):
             from .providers._resolve import resolve_provider
 
@@ -214,6 +217,7 @@ class Agent:
         if max_depth < 0:
             raise ConfigurationError("max_depth must be >= 0")
         set_ = partial(object.__setattr__, self)
+        set_("_owns_provider", owns_provider)
         set_("_confirm_arg", confirm)
         if confirm is None and hooks is not None:
             confirm = hooks.confirm
@@ -306,6 +310,22 @@ class Agent:
         set_("system_prompt", "\n\n".join(system_parts) or None)
         set_("_invoke", make_invoker(provider))
         set_("_table", build_table(observer, hooks))
+
+    async def aclose(self) -> None:
+        """Close the provider if this agent made it from a model string.
+
+        A provider object handed to the agent is borrowed: closing it stays with its owner.
+        """
+        if self._owns_provider:
+            close = getattr(self.provider, "aclose", None)
+            if close is not None:
+                await close()
+
+    async def __aenter__(self) -> Agent:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"Agent is immutable; use agent.with_options({name}=...)")

@@ -25,7 +25,7 @@ from .events import (
     ThinkingDelta,
     ToolCallStarted,
 )
-from .messages import Part, TextPart, ThinkingPart, ToolCallPart
+from .messages import Origin, Part, TextPart, ThinkingPart, ToolCallPart
 from .providers._types import ModelRequest, ModelResponse, StopReason
 
 if TYPE_CHECKING:
@@ -187,6 +187,7 @@ async def take_turn(run: RunState) -> ModelResponse | Ending:
     agent = run.agent
     budget = run.budget
     pending: list[Part] = []
+    origins: list[Origin | None] = []
     truncations = 0
     compacted = False
     while True:
@@ -198,7 +199,7 @@ async def take_turn(run: RunState) -> ModelResponse | Ending:
                 "no output tokens left in the shared budget",
             )
             return Ending(reason, detail=detail)
-        request = run.request(pending, reserved)
+        request = run.request(pending, reserved, join_origins(origins))
         try:
             response = await call_model(run, request)
         except ContextWindowExceeded as exc:
@@ -218,6 +219,7 @@ async def take_turn(run: RunState) -> ModelResponse | Ending:
 
         if stop is StopReason.PAUSED:
             pending.extend(response.content)
+            origins.append(response.origin)
             continue
 
         if stop is StopReason.MAX_TOKENS and (response.tool_calls or not response.content):
@@ -248,8 +250,27 @@ async def take_turn(run: RunState) -> ModelResponse | Ending:
             continue
 
         if pending:
-            response = response.model_copy(update={"content": (*pending, *response.content)})
+            origin = join_origins([*origins, response.origin])
+            content = (*pending, *response.content)
+            response = response.model_copy(update={"content": content, "origin": origin})
         return response
+
+
+def join_origins(origins: list[Origin | None]) -> Origin | None:
+    """One origin for a turn joined across pauses: the raw block lists end to end, when every
+    segment came from the same provider and API with list-shaped raw blocks (else ``None``,
+    and the provider translates the joined parts instead)."""
+    if not origins or any(o is None for o in origins):
+        return None
+    first = origins[0]
+    assert first is not None
+    raw: list[Any] = []
+    for o in origins:
+        assert o is not None
+        if o.provider != first.provider or o.api != first.api or not isinstance(o.raw, list):
+            return None
+        raw.extend(o.raw)
+    return Origin(provider=first.provider, api=first.api, model=first.model, raw=raw)
 
 
 def _joined_text(pending: list[Part], response: ModelResponse) -> str:

@@ -11,7 +11,7 @@ from ._result import RunResult, TerminationReason
 from .catalog import cost_of
 from .events import BudgetWarning, ContextUsage, MessageAppended, ResponseCompleted, UsageUpdated
 from .limits import Budget, StallDetector
-from .messages import Message, Part, TextPart, _build
+from .messages import Message, Origin, Part, TextPart, _build
 from .providers._types import ModelRequest, ModelResponse, Usage
 
 if TYPE_CHECKING:
@@ -99,14 +99,15 @@ class RunState:
         if self.emitter.wants("message_appended"):
             await self.emitter.emit(MessageAppended(message, len(self.messages) - 1))
 
-    def request(self, pending: list[Part], max_tokens: int) -> ModelRequest:
+    def request(
+        self, pending: list[Part], max_tokens: int, origin: Origin | None = None
+    ) -> ModelRequest:
         """The model request for the conversation so far (plus a paused turn's content)."""
         agent = self.agent
         messages = tuple(self.messages)
         if pending:
-            messages += (
-                _build(Message, {"role": "assistant", "content": tuple(pending), "origin": None}),
-            )
+            paused = {"role": "assistant", "content": tuple(pending), "origin": origin}
+            messages += (_build(Message, paused),)
         return _build(
             ModelRequest,
             {
