@@ -113,8 +113,43 @@ async def fan_out(sync: bool, repeats: int = 3) -> Row:
     )
 
 
+async def delegations(repeats: int = 3) -> Row:
+    """8 sub-agents delegated in one turn, each calling a tool that sleeps 0.5 s."""
+
+    @tool
+    async def slow_lookup(topic: str) -> str:
+        """Look a topic up (0.5 s)."""
+        await anyio.sleep(0.5)
+        return f"facts about {topic}"
+
+    def model(request: ModelRequest) -> Any:
+        if request.system and "sub-agent" in request.system:
+            if len(request.messages) == 1:
+                return reply(tool_calls=[call("slow_lookup", topic=request.messages[0].text)])
+            return "report"
+        if len(request.messages) == 1:
+            return reply(tool_calls=[call("delegate", task=f"topic {i}") for i in range(8)])
+        return "all reports in"
+
+    agent = Agent(ScriptedProvider(model), delegation=True, delegate_tools=[slow_lookup])
+    wall = await median_time(lambda: agent.run("research"), repeats)
+    return Row(
+        "one turn delegating to 8 sub-agents whose tool sleeps 0.5 s",
+        "wall time",
+        wall,
+        0.5,
+        "s",
+        "well under 1 s",
+    )
+
+
 async def main() -> list[Row]:
-    return [await per_turn(), await fan_out(sync=False), await fan_out(sync=True)]
+    return [
+        await per_turn(),
+        await fan_out(sync=False),
+        await fan_out(sync=True),
+        await delegations(),
+    ]
 
 
 if __name__ == "__main__":
