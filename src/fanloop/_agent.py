@@ -85,6 +85,7 @@ class Agent:
     """
 
     __slots__ = (
+        "_caps",
         "_confirm_arg",
         "_invoke",
         "_owns_provider",
@@ -155,6 +156,7 @@ class Agent:
     _tool_async: dict[str, bool]
     _invoke: Invoker
     _confirm_arg: ConfirmFn | None
+    _caps: dict[str, tuple[tuple[str, int], ...]]
     _owns_provider: bool
     _table: dict[str, tuple[Any, ...]]
 
@@ -307,6 +309,7 @@ class Agent:
                 for t in all_tools
             },
         )
+        set_("_caps", {t.name: self._caps_of(t) for t in all_tools})
         set_("system_prompt", "\n\n".join(system_parts) or None)
         set_("_invoke", make_invoker(provider))
         set_("_table", build_table(observer, hooks))
@@ -358,16 +361,23 @@ class Agent:
 
     def limiters_for(self, t: Tool) -> list[anyio.CapacityLimiter]:
         """The capacity limiters a call of ``t`` must hold: per agent, per tool, per key."""
-        out = []
+        caps = self._caps.get(t.name)
+        if caps is None:
+            caps = self._caps_of(t)
+        if not caps:
+            return []
+        return [self.limiters.get(name, total) for name, total in caps]
+
+    def _caps_of(self, t: Tool) -> tuple[tuple[str, int], ...]:
+        caps = []
         if self.max_concurrency is not None:
-            out.append(self.limiters.get(f"agent:{id(self)}", self.max_concurrency))
+            caps.append((f"agent:{id(self)}", self.max_concurrency))
         cap = self.tool_concurrency.get(t.name, t.max_concurrency)
         if cap is not None:
-            out.append(self.limiters.get(f"tool:{id(self)}:{t.name}", cap))
-        key = t.concurrency_key
-        if key is not None:
-            out.append(self.limiters.get(f"key:{key}", self.limiters.keys[key]))
-        return out
+            caps.append((f"tool:{id(self)}:{t.name}", cap))
+        if t.concurrency_key is not None:
+            caps.append((f"key:{t.concurrency_key}", self.limiters.keys[t.concurrency_key]))
+        return tuple(caps)
 
     def with_options(self, **changes: Any) -> Agent:
         """A copy of this agent with some constructor arguments changed."""

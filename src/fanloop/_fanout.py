@@ -37,7 +37,7 @@ from .events import (
     ToolStarted,
 )
 from .messages import INVALID_ARGUMENTS_KEY, ToolCallPart, ToolResultPart, _build
-from .tools.base import RunContext, Tool, ToolResult, _current, to_result
+from .tools.base import FunctionTool, RunContext, Tool, ToolResult, _current, to_result
 
 if TYPE_CHECKING:
     from ._run import RunState
@@ -77,17 +77,6 @@ class LimiterPool:
         if limiter is None:
             limiter = limiters[name] = anyio.CapacityLimiter(total)
         return limiter
-
-
-class _NoStack:
-    async def __aenter__(self) -> None:
-        return None
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
-
-
-_NO_STACK = _NoStack()
 
 
 class _Call:
@@ -309,17 +298,29 @@ async def _run_one(
     *,
     announced: bool = False,
 ) -> None:
+    limiters = run.agent.limiters_for(item.tool)
+    if not limiters:
+        await _execute(run, item, results, announced)
+        return
+    async with AsyncExitStack() as stack:
+        for limiter in limiters:
+            await stack.enter_async_context(limiter)
+        await _execute(run, item, results, announced)
+
+
+async def _execute(
+    run: RunState, item: _Call, results: list[ToolResultPart | None], announced: bool
+) -> None:
     tool = item.tool
     call = item.call
     emitter = run.emitter
-    limiters = run.agent.limiters_for(tool)
-    async with AsyncExitStack() if limiters else _NO_STACK as stack:
-        for limiter in limiters:
-            await stack.enter_async_context(limiter)  # type: ignore[union-attr]
-        if not announced and emitter.wants("tool_started"):
-            await emitter.emit(ToolStarted(call))
-        started = time.perf_counter()
-        token = _current.set(
+    if not announced and emitter.wants("tool_started"):
+        await emitter.emit(ToolStarted(call))
+    started = time.perf_counter()
+    # A function tool that takes no RunContext cannot read it: skip making one.
+    needs_context = not isinstance(tool, FunctionTool) or tool.takes_context
+    token = (
+        _current.set(
             RunContext(
                 run.deps,
                 run.run_id,
@@ -330,25 +331,29 @@ async def _run_one(
                 run,
             )
         )
-        try:
-            if tool.timeout is not None:
-                with anyio.fail_after(tool.timeout):
-                    value = await _invoke(run, tool, item.kwargs)
-            else:
+        if needs_context
+        else None
+    )
+    try:
+        if tool.timeout is not None:
+            with anyio.fail_after(tool.timeout):
                 value = await _invoke(run, tool, item.kwargs)
-            result = to_result(value)
-        except ToolError as exc:
-            result = ToolResult(str(exc), is_error=True)
-        except TimeoutError:
-            result = ToolResult(
-                f"Tool {call.name!r} timed out after {tool.timeout} seconds.", is_error=True
-            )
-        except Exception as exc:
-            logger.warning("tool_failed", tool=call.name, error=repr(exc))
-            result = ToolResult(
-                f"Tool {call.name!r} failed: {type(exc).__name__}: {exc}", is_error=True
-            )
-        finally:
+        else:
+            value = await _invoke(run, tool, item.kwargs)
+        result = to_result(value)
+    except ToolError as exc:
+        result = ToolResult(str(exc), is_error=True)
+    except TimeoutError:
+        result = ToolResult(
+            f"Tool {call.name!r} timed out after {tool.timeout} seconds.", is_error=True
+        )
+    except Exception as exc:
+        logger.warning("tool_failed", tool=call.name, error=repr(exc))
+        result = ToolResult(
+            f"Tool {call.name!r} failed: {type(exc).__name__}: {exc}", is_error=True
+        )
+    finally:
+        if token is not None:
             _current.reset(token)
     content = result.content
     cap = run.agent.max_tool_result_chars

@@ -40,9 +40,10 @@ async def run_loop(run: RunState) -> RunResult:
             return run.result(turn.reason, text=turn.text, detail=turn.detail)
         if turn.content:
             await run.append(turn.to_message())
-        if (ending := final_answer(turn)) is not None:
+        calls = turn.tool_calls
+        if (ending := final_answer(turn, calls)) is not None:
             return run.result(ending.reason, text=ending.text, detail=ending.detail)
-        await run_tools(run, turn.tool_calls)
+        await run_tools(run, calls)
 
 
 def round_entry_guards(run: RunState) -> Ending | None:
@@ -58,11 +59,11 @@ def round_entry_guards(run: RunState) -> Ending | None:
     return None
 
 
-def final_answer(response: ModelResponse) -> Ending | None:
+def final_answer(response: ModelResponse, calls: Sequence[ToolCallPart]) -> Ending | None:
     """The ending a response without tool calls brings (``None`` when tools are to run)."""
     if response.stop_reason is StopReason.REFUSAL:
         return Ending(TerminationReason.MODEL_REFUSAL, text=refusal_text(response))
-    if response.tool_calls:
+    if calls:
         return None
     if response.stop_reason is StopReason.MAX_TOKENS:
         return Ending(
@@ -78,7 +79,9 @@ async def run_tools(run: RunState, calls: Sequence[ToolCallPart]) -> None:
     results: list[ToolResultPart | None] = [None] * len(calls)
     try:
         await run_batch(run, calls, results)
-    finally:
+    except BaseException:
         with anyio.CancelScope(shield=True):
             await run.append(Message.tool_results(results_or_cancelled(results, calls)))
+        raise
+    await run.append(Message.tool_results(results))  # type: ignore[arg-type]
     await run.warn()

@@ -83,7 +83,7 @@ class RunState:
         self.context_tokens = 0
         self.context_base = 0
         self.ending: tuple[TerminationReason, str | None] | None = None
-        self.warned_turns = False
+        self.warned_turns = not agent.limits.max_turns
 
     @property
     def elapsed(self) -> float:
@@ -150,6 +150,8 @@ class RunState:
     async def warn(self) -> None:
         """Announce limits that crossed their warning share."""
         limits = self.agent.limits
+        if self.warned_turns and not self.budget.watching:
+            return
         if (
             not self.warned_turns
             and limits.max_turns

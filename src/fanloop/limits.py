@@ -99,6 +99,11 @@ class Budget:
         )
 
     @property
+    def watching(self) -> bool:
+        """Whether any shared limit is set (else the checks are skipped)."""
+        return self._watching
+
+    @property
     def elapsed(self) -> float:
         """Seconds since the root run started."""
         return time.monotonic() - self.started
@@ -161,8 +166,7 @@ class Budget:
     def settle(self, reserved: int, usage: Usage | None, model: str) -> None:
         """Release a reservation and charge what the call really used."""
         if not self._watching:
-            self.usage = self.usage + usage if usage is not None else self.usage
-            return
+            return  # nothing to hold usage against: the runs keep their own totals
         self.reserved_output -= reserved
         if usage is None:
             return
