@@ -133,3 +133,15 @@ async def test_an_agent_closes_only_the_provider_it_made(
             provider = agent.provider
             assert not provider._closed
         assert provider._closed
+
+
+def test_run_sync_keeps_a_real_providers_pool_usable_between_calls() -> None:
+    from fanloop.providers.openai import OpenAIProvider
+    from fanloop.testing import FakeLLMServer
+
+    with FakeLLMServer() as server:
+        server.add("one")
+        server.add("two")
+        agent = Agent(OpenAIProvider("gpt-4o", api_key="k", base_url=server.openai_base_url))
+        assert agent.run_sync("a").text == "one"
+        assert agent.run_sync("b").text == "two"  # same pool, same loop: no "loop is closed"

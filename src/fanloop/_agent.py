@@ -469,7 +469,11 @@ class Agent:
         session: Session | None = None,
         deps: Any = None,
     ) -> RunResult:
-        """:meth:`run` for scripts: starts an event loop, runs, returns. Not for async code."""
+        """:meth:`run` for scripts: runs and returns. Not for async code (``await run()``).
+
+        Every ``run_sync`` call in a process runs on one event loop kept in a background
+        thread, so providers' connection pools stay usable from call to call.
+        """
         try:
             import asyncio
 
@@ -478,7 +482,9 @@ class Agent:
             pass
         else:
             raise RuntimeError("run_sync() was called inside a running event loop; await run()")
-        return anyio.run(
+        from ._sync import run_blocking
+
+        return run_blocking(
             partial(self._execute, prompt, messages=messages, session=session, deps=deps)
         )
 
