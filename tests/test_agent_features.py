@@ -136,12 +136,20 @@ async def test_an_agent_closes_only_the_provider_it_made(
 
 
 def test_run_sync_keeps_a_real_providers_pool_usable_between_calls() -> None:
-    from fanloop.providers.openai import OpenAIProvider
+    """Seed 004's script shape: ``with Agent.from_env(environ, ...) as agent: agent.run_sync``."""
     from fanloop.testing import FakeLLMServer
 
     with FakeLLMServer() as server:
-        server.add("one")
+        server.add("7")
         server.add("two")
-        agent = Agent(OpenAIProvider("gpt-4o", api_key="k", base_url=server.openai_base_url))
-        assert agent.run_sync("a").text == "one"
-        assert agent.run_sync("b").text == "two"  # same pool, same loop: no "loop is closed"
+        environ = {
+            "LLM_PROVIDER": "openai",
+            "LLM_MODEL": "gpt-4o",
+            "OPENAI_API_KEY": "k",
+            "OPENAI_BASE_URL": server.openai_base_url,
+        }
+        with Agent.from_env(environ, tools=[]) as agent:
+            assert agent.run_sync("How many days are in a week?").text == "7"
+            assert agent.run_sync("b").text == "two"  # same pool, same loop: still usable
+            provider = agent.provider
+        assert provider._closed

@@ -324,6 +324,28 @@ class Agent:
             if close is not None:
                 await close()
 
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> Agent:
+        """An agent on the provider that ``LLM_PROVIDER`` / ``LLM_MODEL`` and the usual key
+        variables describe (see :func:`fanloop.providers.from_env`); ``options`` are the other
+        constructor arguments. The agent owns that provider: close it with ``with`` /
+        ``async with`` or :meth:`aclose`."""
+        from .providers import from_env
+
+        agent = cls(from_env(environ), **options)
+        object.__setattr__(agent, "_owns_provider", True)
+        return agent
+
+    def __enter__(self) -> Agent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Close an owned provider (for scripts that use :meth:`run_sync`)."""
+        if self._owns_provider:
+            from ._sync import run_blocking
+
+            run_blocking(self.aclose)
+
     async def __aenter__(self) -> Agent:
         return self
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -45,8 +46,6 @@ def run_blocking(fn: Callable[[], Awaitable[T]]) -> T:
         return future.result()
     except KeyboardInterrupt:
         future.cancel()
-        try:
+        with contextlib.suppress(concurrent.futures.CancelledError, Exception):
             future.result(timeout=10)
-        except (concurrent.futures.CancelledError, Exception):
-            pass
         raise
