@@ -1,33 +1,244 @@
-"""The ``fanloop`` command line."""
+"""The ``fanloop`` command line (also ``python -m fanloop``).
+
+::
+
+    fanloop run "prompt"          one run, streamed; the conversation is kept in a session
+    fanloop chat                  an interactive conversation (/exit or Ctrl-D to leave)
+    fanloop demo                  an offline tour: no key, no network
+    fanloop sessions list | show ID | resume ID | effects [ID] | resolve-effect ID CALL_ID
+
+Exit codes: 0 success, 1 a failed or unfinished run (provider error, limit reached...),
+2 a usage or configuration error (e.g. a missing API key), 130 interrupted by Ctrl-C.
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from functools import partial
+from typing import Any
 
-__all__ = ["main"]
+import anyio
+
+__all__ = ["build_parser", "main"]
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be more than 0")
+    return value
+
+
+def _root_option(parser: Any) -> None:
+    parser.add_argument(
+        "--root",
+        metavar="DIR",
+        help="the workspace: tools work inside it, sessions live in DIR/.fanloop/sessions.db "
+        "(default: the current directory)",
+    )
+
+
+def _json_option(parser: argparse.ArgumentParser, help: str) -> None:
+    parser.add_argument("--json", action="store_true", help=help)
+
+
+def _agent_options() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_argument_group("agent options")
+    group.add_argument(
+        "--provider",
+        help="anthropic, openai, openrouter, vllm or ollama (default: $LLM_PROVIDER)",
+    )
+    group.add_argument("--model", help="the model name, or vendor:model (default: $LLM_MODEL)")
+    group.add_argument(
+        "--delegate", action="store_true", help="let the agent delegate to sub-agents"
+    )
+    group.add_argument(
+        "--memory",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the remember tool and .fanloop/memory.md (default: on)",
+    )
+    group.add_argument(
+        "--skills", action="store_true", help="discover SKILL.md skills (read_skill tool)"
+    )
+    group.add_argument(
+        "--yes",
+        "-y",
+        action="store_true",
+        help="approve every dangerous tool without asking (for scripts)",
+    )
+    group.add_argument(
+        "--max-turns", type=_positive_int, default=25, metavar="N", help="default: 25"
+    )
+    group.add_argument(
+        "--timeout", type=_positive_float, metavar="SECONDS", help="a deadline for each run"
+    )
+    _root_option(group)
+    group.add_argument(
+        "--json",
+        action="store_true",
+        help="print the event stream as JSON lines (one event per line) for other programs",
+    )
+    group.add_argument(
+        "--verbose",
+        "-v",
+        action="count",
+        default=0,
+        help="fanloop's log lines on stderr (-v: info, -vv: debug; default: errors only)",
+    )
+    return common
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``fanloop`` command."""
+    from .. import __version__
+
     parser = argparse.ArgumentParser(
         prog="fanloop",
         description="Run an agent: stream its answer, fan its tool calls out, ask before "
         "dangerous tools.",
+        epilog="Exit codes: 0 ok, 1 run failed or stopped early, 2 usage or configuration "
+        "error, 130 interrupted.",
     )
+    parser.add_argument("--version", action="version", version=f"fanloop {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    demo = sub.add_parser("demo", help="an offline tour of fanloop (no API key needed)")
+    agent = _agent_options()
+
+    run = sub.add_parser(
+        "run", parents=[agent], help="run one prompt", description="Run one prompt."
+    )
+    run.add_argument("prompt", nargs="?", help="the prompt ('-' or none: read it from stdin)")
+    run.add_argument("--session", metavar="ID", help="continue this session (created if new)")
+
+    chat = sub.add_parser(
+        "chat",
+        parents=[agent],
+        help="an interactive conversation",
+        description="An interactive conversation kept in a session. /exit or Ctrl-D leaves; "
+        "Ctrl-C cancels the answer being written, and exits at the prompt.",
+    )
+    chat.add_argument("--session", metavar="ID", help="continue this session (created if new)")
+
+    demo = sub.add_parser(
+        "demo",
+        help="an offline tour of fanloop (no API key, no network)",
+        description="An offline tour: a fake model server on 127.0.0.1 driven through the "
+        "real OpenAI client.",
+    )
     demo.add_argument("--fast", action="store_true", help="skip the pauses between steps")
+    _json_option(demo, "print the event stream as JSON lines")
+
+    sessions = sub.add_parser(
+        "sessions", help="list, show and resume sessions; check their tool effects"
+    )
+    ssub = sessions.add_subparsers(dest="sessions_command", metavar="ACTION", required=True)
+    listing = ssub.add_parser("list", help="every session, most recent first")
+    _root_option(listing)
+    _json_option(listing, "one JSON object per session")
+    show = ssub.add_parser("show", help="a session's conversation")
+    show.add_argument("id", metavar="ID")
+    _root_option(show)
+    _json_option(show, "one JSON object per message")
+    resume = ssub.add_parser(
+        "resume",
+        parents=[agent],
+        help="finish a session's open turn, then chat on",
+        description="Finish the turn a dead process left open in the session (if any), "
+        "then continue the conversation as `fanloop chat --session ID` does.",
+    )
+    resume.add_argument("id", metavar="ID")
+    effects = ssub.add_parser(
+        "effects",
+        help="tool-effect receipts (of one session, or the open ones of all)",
+        description="Dangerous tool calls leave a receipt: 'started' before the tool runs, "
+        "'committed' after. A receipt left 'started' means the outcome is unknown.",
+    )
+    effects.add_argument("id", metavar="ID", nargs="?")
+    _root_option(effects)
+    _json_option(effects, "one JSON object per receipt")
+    resolve = ssub.add_parser(
+        "resolve-effect",
+        help="record whether an uncertain effect took place",
+        description="After checking the outside world, record whether the call's effect "
+        "was applied; `sessions resume` then continues the session.",
+    )
+    resolve.add_argument("id", metavar="ID")
+    resolve.add_argument("call_id", metavar="CALL_ID")
+    outcome = resolve.add_mutually_exclusive_group(required=True)
+    outcome.add_argument("--applied", dest="applied", action="store_true", default=None)
+    outcome.add_argument("--not-applied", dest="applied", action="store_false")
+    resolve.add_argument("--note", help="what you found")
+    _root_option(resolve)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fanloop`` command; returns the exit code."""
+    from ._app import Console, handle_errors
+
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "demo":
-        from ._demo import run_demo
+    console = Console()
+    _configure_logging(getattr(args, "verbose", 0))
+    command = _command(args, console)
+    if command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    return handle_errors(lambda: anyio.run(command), console)
 
-        return run_demo(fast=args.fast)
-    parser.print_help(sys.stderr)
-    return 2
+
+def _configure_logging(verbose: int) -> None:
+    """The command line is the application: it decides where fanloop's log lines go.
+
+    Errors only by default (a retry or a failed call is already shown by the renderer);
+    ``-v`` adds info, ``-vv`` debug. Applications that embed fanloop are left alone.
+    """
+    log = logging.getLogger("fanloop")
+    if not any(getattr(h, "_fanloop_cli", False) for h in log.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("fanloop: log: %(levelname)s %(message)s"))
+        handler._fanloop_cli = True  # type: ignore[attr-defined]
+        log.addHandler(handler)
+    log.propagate = False
+    log.setLevel(logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.ERROR)
+
+
+def _command(
+    args: argparse.Namespace, console: Any
+) -> Callable[[], Coroutine[Any, Any, int]] | None:
+    from . import _app, _sessions
+
+    if args.command == "run":
+        return partial(_app.cmd_run, args, console)
+    if args.command == "chat":
+        return partial(_app.cmd_chat, args, console)
+    if args.command == "demo":
+        from ._demo import demo
+
+        return partial(demo, console, fast=args.fast, json=args.json)
+    if args.command == "sessions":
+        action = args.sessions_command
+        if action == "resume":
+            return partial(_app.cmd_chat, args, console, resume=True)
+        return partial(
+            {
+                "list": _sessions.cmd_list,
+                "show": _sessions.cmd_show,
+                "effects": _sessions.cmd_effects,
+                "resolve-effect": _sessions.cmd_resolve,
+            }[action],
+            args,
+            console,
+        )
+    return None

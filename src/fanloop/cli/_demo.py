@@ -1,98 +1,262 @@
-"""``fanloop demo``: an offline tour on a scripted model, no API key needed."""
+"""``fanloop demo``: the offline tour, through the real provider code path.
+
+It starts :class:`~fanloop.testing.FakeLLMServer` on 127.0.0.1 and drives the real
+:class:`~fanloop.providers.openai.OpenAIProvider` (the official SDK, real HTTP, real SSE)
+against it, rendered by the same view as ``fanloop run``. In order it shows: text streaming
+in; one turn fanning out three tool calls (wall time next to the sum of their times); a
+dangerous tool behind the confirmation prompt, auto-approved in demo mode; two sub-agents
+delegated in parallel with their lines interleaved; a 429 injected by the server and retried
+with backoff; and a one-line summary.
+
+The tools are harmless: they sleep to simulate work, and the dangerous one writes only in a
+temporary directory that is removed afterwards.
+"""
 
 from __future__ import annotations
 
-import sys
+import argparse
+import tempfile
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import httpx2
 
-from .. import Agent, tool
-from ..providers import ModelRequest, Usage
-from ..testing import ScriptedProvider, call, reply
-from ._render import Style
+from .. import tool
+from .._result import RunResult
+from ..catalog import cost_of
+from ..providers import Usage
+from ..providers.openai import OpenAIProvider
+from ..testing import FakeLLMServer, Fault, call, reply
+from ..tools import WriteFileTool
+from ._app import Console, Interrupts, build_setup, execute, exit_code_for, run_command
+from ._render import HumanView
 
-__all__ = ["run_demo"]
+__all__ = ["demo"]
 
-CITIES = ("Lisbon", "Oslo", "Nairobi")
-TOOL_SECONDS = 0.6
+MODEL = "gpt-4o"
+PROMPT = (
+    "Plan a weekend in Lisbon: check the weather, events and hotel prices, save the plan, "
+    "and get food and sightseeing tips."
+)
+SYSTEM = "You are a travel planner. Use your tools; independent calls run in parallel."
+FOOD_TASK = "Find the three best places to eat in Lisbon for a weekend visitor."
+SIGHTS_TASK = "Find the three sights in Lisbon a weekend visitor must not miss."
+PLAN = """\
+# A weekend in Lisbon
+
+- Saturday: Alfama and the castle in the morning, tram 28, fado in the evening.
+- Sunday: Belém — the tower, the monastery, pastéis de nata.
+- Weather: 21°C and clear; pack a light jacket for the evening breeze.
+- Stay: a guesthouse in Baixa (about €95 a night).
+"""
 
 
-@tool(concurrent_safe=True)
-async def weather(city: str) -> str:
-    """Look up the current weather for a city (a slow network call, simulated)."""
-    await anyio.sleep(TOOL_SECONDS)
-    return {"Lisbon": "21°C, clear", "Oslo": "-3°C, snow", "Nairobi": "26°C, showers"}.get(
-        city, "unknown"
-    )
+@dataclass(frozen=True, slots=True)
+class Pace:
+    """How long things take: slow enough to watch, or ``--fast`` for tests."""
+
+    tools: tuple[float, float, float]
+    search: float
+    delta_delay: float
+    chars_per_delta: int
+    retry_after: float
 
 
-def _script(request: ModelRequest) -> Any:
-    if len(request.messages) == 1:
+SLOW = Pace((1.1, 1.4, 0.8), 0.8, 0.02, 6, 1.0)
+FAST = Pace((0.15, 0.2, 0.1), 0.1, 0.0, 12, 0.1)
+
+
+def _tools(pace: Pace) -> tuple[list[Any], list[Any]]:
+    """The root agent's tools and the sub-agents' (all simulated: they only sleep)."""
+    weather_s, events_s, hotels_s = pace.tools
+
+    @tool
+    async def weather(city: str) -> str:
+        """The weekend forecast for a city."""
+        await anyio.sleep(weather_s)
+        return f"{city}: 21°C and clear on Saturday, 19°C with a breeze on Sunday."
+
+    @tool
+    async def events(city: str) -> str:
+        """Concerts, festivals and shows in a city this weekend."""
+        await anyio.sleep(events_s)
+        return f"{city}: fado night in Alfama (Sat), open-air jazz in Belém (Sun)."
+
+    @tool
+    async def hotel_prices(city: str) -> str:
+        """Typical hotel prices per night in a city."""
+        await anyio.sleep(hotels_s)
+        return f"{city}: guesthouses from €95, four-star hotels from €160 a night."
+
+    @tool(concurrent_safe=True)
+    async def search_guide(topic: str) -> str:
+        """Search the city guide."""
+        await anyio.sleep(pace.search)
+        return {
+            "food": "Time Out Market; Cervejaria Ramiro; Pastéis de Belém.",
+            "sights": "Belém Tower; São Jorge Castle; the LX Factory.",
+        }.get(topic, "nothing found")
+
+    return [weather, events, hotel_prices], [search_guide]
+
+
+def _user_text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content if isinstance(content, str) else ""
+
+
+class Script:
+    """The fake model: answers each request from where its conversation stands."""
+
+    def __init__(self, pace: Pace) -> None:
+        self.pace = pace
+        self.rate_limited = False
+
+    def __call__(self, body: dict[str, Any]) -> Any:
+        messages = body.get("messages", [])
+        first_user = next((_user_text(m) for m in messages if m.get("role") == "user"), "")
+        turn = sum(1 for m in messages if m.get("role") == "assistant")
+        if first_user == FOOD_TASK:
+            return self._subagent(
+                turn,
+                "food",
+                "Eat at Cervejaria Ramiro (seafood), the "
+                "Time Out Market, and Pastéis de Belém for custard tarts.",
+            )
+        if first_user == SIGHTS_TASK:
+            return self._subagent(
+                turn,
+                "sights",
+                "See Belém Tower, São Jorge Castle at sunset, and the LX Factory on Sunday.",
+            )
+        return self._root(turn)
+
+    def _root(self, turn: int) -> Any:
+        if turn == 0:
+            return reply(
+                "Let me check the weather, events and hotel prices at the same time.",
+                tool_calls=[
+                    call("weather", city="Lisbon"),
+                    call("events", city="Lisbon"),
+                    call("hotel_prices", city="Lisbon"),
+                ],
+                usage=Usage(input_tokens=1_180, output_tokens=96),
+            )
+        if turn == 1:
+            return reply(
+                "All three came back. I'll save the plan to plan.md — that writes a file, "
+                "so it asks first.",
+                tool_calls=[call("write_file", path="plan.md", content=PLAN)],
+                usage=Usage(input_tokens=1_460, output_tokens=182),
+            )
+        if turn == 2:
+            return reply(
+                "Saved. Now two sub-agents research food and sights in parallel.",
+                tool_calls=[call("delegate", task=FOOD_TASK), call("delegate", task=SIGHTS_TASK)],
+                usage=Usage(input_tokens=1_720, output_tokens=88),
+            )
+        if not self.rate_limited:
+            self.rate_limited = True
+            return Fault.http(
+                429, retry_after=self.pace.retry_after, message="Rate limit reached (demo)"
+            )
         return reply(
-            "I'll look up all three cities at once.",
-            tool_calls=[call("weather", city=c) for c in CITIES],
-            usage=Usage(input_tokens=412, output_tokens=58),
+            "Your weekend is planned (see plan.md): Alfama, the castle and fado on Saturday, "
+            "Belém on Sunday. Eat at Cervejaria Ramiro and the Time Out Market, and don't "
+            "miss the custard tarts in Belém. Expect 21°C and sun.",
+            usage=Usage(input_tokens=2_050, output_tokens=74),
         )
-    results = [p for p in request.messages[-1].content if p.kind == "tool_result"]
-    lines = ", ".join(f"{c}: {r.content}" for c, r in zip(CITIES, results, strict=False))  # type: ignore[union-attr]
-    return reply(
-        f"Here is the weather right now — {lines}. Pack a coat for Oslo.",
-        usage=Usage(input_tokens=530, output_tokens=41),
+
+    def _subagent(self, turn: int, topic: str, answer: str) -> Any:
+        if turn == 0:
+            return reply(
+                f"Searching the guide for {topic}.",
+                tool_calls=[call("search_guide", topic=topic)],
+                usage=Usage(input_tokens=420, output_tokens=40),
+            )
+        return reply(answer, usage=Usage(input_tokens=510, output_tokens=52))
+
+
+def _options(root: str, json: bool) -> argparse.Namespace:
+    return argparse.Namespace(
+        provider=None,
+        model=None,
+        root=root,
+        yes=False,
+        json=json,
+        max_turns=10,
+        timeout=None,
+        delegate=True,
+        memory=False,
+        skills=False,
     )
 
 
-async def _demo(fast: bool) -> int:
-    out = sys.stdout
-    style = Style(out)
-    provider = ScriptedProvider(_script, chunk_size=6, delay=0 if fast else 0.02, model="scripted")
-    agent = Agent(provider, tools=[weather], system="You are a helpful travel assistant.")
-    print(style.bold("fanloop demo") + style.dim(" — a scripted model, no network, no key"))
-    print(style.dim("prompt: ") + "What's the weather in Lisbon, Oslo and Nairobi?\n")
-    started: dict[str, float] = {}
-    durations: list[float] = []
-    batch_started = 0.0
-    async with agent.stream("What's the weather in Lisbon, Oslo and Nairobi?") as run:
-        async for event in run:
-            if event.kind == "text_delta":
-                out.write(event.text)
-                out.flush()
-            elif event.kind == "tool_started":
-                if not started:
-                    batch_started = time.perf_counter()
-                    out.write("\n")
-                started[event.call.id] = time.perf_counter()
-                args = ", ".join(f"{k}={v!r}" for k, v in event.call.arguments.items())
-                print(style.cyan(f"  ⇢ {event.call.name}({args})") + style.dim("  running"))
-            elif event.kind == "tool_finished":
-                durations.append(event.duration)
-                mark = style.red("✗") if event.result.is_error else style.green("✓")
+async def demo(console: Console, *, fast: bool = False, json: bool = False) -> int:
+    """Run the tour; returns the exit code."""
+    pace = FAST if fast else SLOW
+    root_tools, guide_tools = _tools(pace)
+    s = console.style
+    say = console.info if not json else (lambda text: print(text, file=console.err, flush=True))
+    with tempfile.TemporaryDirectory(prefix="fanloop-demo-") as workdir:
+        server = FakeLLMServer(
+            responder=Script(pace),
+            delta_delay=pace.delta_delay,
+            chars_per_delta=pace.chars_per_delta,
+        )
+        async with server, httpx2.AsyncClient(trust_env=False, timeout=30.0) as client:
+            provider = OpenAIProvider(
+                MODEL, api_key="demo", base_url=server.openai_base_url, http_client=client
+            )
+            setup = build_setup(
+                _options(workdir, json),
+                console,
+                provider=provider,
+                tools=[*root_tools, WriteFileTool(root=workdir, read_cache=False)],
+                delegate_tools=guide_tools,
+                approve="demo",
+                system=SYSTEM,
+            )
+            if not json:
                 print(
-                    f"  {mark} {event.call.name}: {event.result.content}"
-                    + style.dim(f"  ({event.duration:.2f}s)")
+                    s.bold("fanloop demo")
+                    + s.dim(
+                        f" — a fake model server on {server.url}, driven through the real "
+                        "OpenAI client. No key; nothing leaves this machine."
+                    ),
+                    flush=True,
                 )
-                if len(durations) == len(started):
-                    wall = time.perf_counter() - batch_started
-                    print(
-                        style.yellow(
-                            f"  {len(durations)} tool calls in {wall:.2f}s wall time "
-                            f"(sum of their times: {sum(durations):.2f}s) — they ran side by side"
-                        )
-                    )
-                    print()
-    result = run.result
+                print(s.bold(s.green("you › ")) + PROMPT + "\n", flush=True)
+            started = time.perf_counter()
+
+            async def body(interrupts: Interrupts) -> int:
+                outcome = await execute(
+                    lambda: setup.agent.run(PROMPT), setup.view, interrupts, console
+                )
+                return exit_code_for(outcome)
+
+            code = await run_command(body)
+            wall = time.perf_counter() - started
+            result = setup.view.result
+            if result is not None:
+                say(s.bold(_summary(result, server, wall)))
+            if isinstance(setup.view, HumanView) and code == 0:
+                say(
+                    "That was the real OpenAI provider over HTTP. Try it on your own: "
+                    'fanloop run --provider anthropic --model claude-sonnet-4-5 "..."'
+                )
+            return code
+
+
+def _summary(result: RunResult, server: FakeLLMServer, wall: float) -> str:
     u = result.usage
-    print(
-        "\n\n"
-        + style.dim(
-            f"turns {result.turns} · tools {result.tool_calls} · tokens in {u.input_tokens} "
-            f"out {u.output_tokens} · {result.elapsed:.2f}s · {result.termination_reason}"
-        )
+    cost = cost_of(MODEL, u)
+    return (
+        f"demo done: {result.turns} turns · {result.tool_calls} tool calls · "
+        f"{len(server.requests)} model requests (1 rate-limited) · tokens in {u.input_tokens:,} "
+        f"out {u.output_tokens:,} · ${cost or 0:.4f} · {wall:.1f}s"
     )
-    return 0
-
-
-def run_demo(*, fast: bool = False) -> int:
-    """Run the demo; returns the exit code."""
-    return anyio.run(_demo, fast)

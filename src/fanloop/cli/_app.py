@@ -1,0 +1,473 @@
+"""The commands that run an agent: ``run``, ``chat`` and ``sessions resume``.
+
+Each command builds one :class:`~fanloop.Agent` from the options, with a view (the human
+renderer or ``--json``) as its observer and an :class:`Approver` as its confirmation gate,
+then runs it inside a cancel scope that Ctrl-C can cancel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+import anyio
+from anyio.abc import TaskStatus
+
+from .. import Agent, Limits
+from ..errors import ConfigurationError, FanloopError, ProviderError
+from ..providers import Provider, from_env
+from ..sessions import Session, SessionNotFound, SQLiteStore
+from ._prompt import ApproveMode, Approver, LineReader, stdin_reader
+from ._render import EventObserver, HumanView, JsonView, Style, View, describe_error
+
+if TYPE_CHECKING:
+    from .._result import RunResult
+
+__all__ = [
+    "EXIT_CONFIG",
+    "EXIT_ERROR",
+    "EXIT_INTERRUPTED",
+    "CommandError",
+    "Console",
+    "Interrupts",
+    "RunOutcome",
+    "exit_code_for",
+    "execute",
+    "make_provider",
+    "run_command",
+    "session_db",
+]
+
+EXIT_ERROR = 1
+EXIT_CONFIG = 2
+EXIT_INTERRUPTED = 130
+
+SYSTEM_PROMPT = (
+    "You are fanloop, a capable assistant working in the directory {root}. Use the tools to "
+    "look things up and to act; several independent tool calls in one turn run in parallel. "
+    "Be concise."
+)
+
+
+class CommandError(Exception):
+    """An expected failure: printed as one line on stderr, no traceback."""
+
+    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def session_db(root: str | None) -> Path:
+    """``ROOT/.fanloop/sessions.db`` (the current directory when no root is given)."""
+    return Path(root or ".") / ".fanloop" / "sessions.db"
+
+
+# -- providers --------------------------------------------------------------------------------
+
+
+def make_provider(
+    provider: str | None, model: str | None, environ: Mapping[str, str] | None = None
+) -> Provider:
+    """The provider named by ``--provider``/``--model``, else by ``LLM_PROVIDER``/``LLM_MODEL``.
+
+    ``--model vendor:name`` also names the provider.
+
+    Raises:
+        CommandError: with exit code 2 when something is missing; the message names the
+            option or variable to set.
+    """
+    env = dict(os.environ if environ is None else environ)
+    if model and not provider and ":" in model:
+        provider, model = model.split(":", 1)
+    if provider:
+        env["LLM_PROVIDER"] = provider
+    if model:
+        env["LLM_MODEL"] = model
+    try:
+        return from_env(env)
+    except ConfigurationError as exc:
+        message = str(exc)
+        if message.startswith("LLM_PROVIDER is not set"):
+            message += "; pass --provider or set LLM_PROVIDER"
+        elif message.startswith("LLM_MODEL is not set"):
+            message += "; pass --model or set LLM_MODEL"
+        elif "_API_KEY is not set" in message:
+            message += f"; set {message.split()[0]} in the environment"
+        raise CommandError(message, EXIT_CONFIG) from None
+
+
+# -- Ctrl-C -----------------------------------------------------------------------------------
+
+
+class Interrupts:
+    """Ctrl-C: the first one cancels the current run; another one (or one while no run is
+    going, e.g. at the chat prompt) exits with code 130.
+
+    If the exit does not finish promptly (a tool stuck in a thread), the process is ended
+    after ``grace`` seconds.
+    """
+
+    def __init__(self, exit_scope: anyio.CancelScope, *, grace: float = 3.0) -> None:
+        self.exit_scope = exit_scope
+        self.grace = grace
+        self.run_scope: anyio.CancelScope | None = None
+        self.view: View | None = None
+        self.exiting = False
+
+    def interrupt(self) -> None:
+        scope = self.run_scope
+        if scope is not None and not scope.cancel_called:
+            scope.cancel()
+            if self.view is not None:
+                self.view.note("^C cancelling… (Ctrl-C again to quit)")
+            return
+        self.exiting = True
+        self.exit_scope.cancel()
+        timer = threading.Timer(self.grace, os._exit, (EXIT_INTERRUPTED,))
+        timer.daemon = True
+        timer.start()
+
+    async def watch(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Receive SIGINT for as long as the command runs."""
+        with anyio.open_signal_receiver(signal.SIGINT) as signals:
+            task_status.started()
+            async for _ in signals:
+                self.interrupt()
+
+
+async def run_command(body: Callable[[Interrupts], Awaitable[int]]) -> int:
+    """Run a command with Ctrl-C handled; returns its exit code (130 when interrupted)."""
+    code = EXIT_INTERRUPTED
+    async with anyio.create_task_group() as tg:
+        interrupts = Interrupts(tg.cancel_scope)
+        if threading.current_thread() is threading.main_thread():
+            await tg.start(interrupts.watch)
+        code = await body(interrupts)
+        tg.cancel_scope.cancel()
+    return EXIT_INTERRUPTED if interrupts.exiting else code
+
+
+# -- one run ----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class RunOutcome:
+    """How one run went: its result (``None`` if it never started) and its provider error."""
+
+    result: RunResult | None
+    error: ProviderError | None
+
+
+def exit_code_for(outcome: RunOutcome) -> int:
+    """0 for a completed run, 130 when cancelled, 1 for any other ending."""
+    if outcome.error is not None or outcome.result is None:
+        return EXIT_ERROR
+    reason = str(outcome.result.termination_reason)
+    if reason == "completed":
+        return 0
+    return EXIT_INTERRUPTED if reason == "cancelled" else EXIT_ERROR
+
+
+async def execute(
+    start: Callable[[], Awaitable[Any]],
+    view: View,
+    interrupts: Interrupts | None,
+    console: Console,
+) -> RunOutcome:
+    """Run ``start()`` (an ``agent.run``/``agent.resume`` call) cancellably; report its ending.
+
+    Ctrl-C cancels the run's own scope: fanloop finishes the run as ``cancelled`` (every
+    started call gets a result, the session keeps what was done) and the view shows it.
+    """
+    error: ProviderError | None = None
+    with anyio.CancelScope() as scope:
+        if interrupts is not None:
+            interrupts.run_scope, interrupts.view = scope, view
+        try:
+            await start()
+        except ProviderError as exc:
+            error = exc
+        finally:
+            if interrupts is not None:
+                interrupts.run_scope = None
+    if error is not None:
+        console.error(describe_error(error))
+    return RunOutcome(view.result, error)
+
+
+# -- building the agent -----------------------------------------------------------------------
+
+
+class Console:
+    """Where the command line writes: stdout for the run, stderr for errors."""
+
+    def __init__(self, out: TextIO | None = None, err: TextIO | None = None) -> None:
+        self.out = out or sys.stdout
+        self.err = err or sys.stderr
+        self.style = Style(self.out)
+        self.err_style = Style(self.err)
+
+    def error(self, message: str) -> None:
+        print(f"{self.err_style.red('fanloop: error:')} {message}", file=self.err, flush=True)
+
+    def info(self, message: str) -> None:
+        """A dim line on stdout (stderr in ``--json`` mode, where stdout is for events)."""
+        print(self.style.dim(message), file=self.out, flush=True)
+
+
+@dataclass(slots=True)
+class AgentSetup:
+    """An agent with its view, gate and line reader, ready for runs."""
+
+    agent: Agent
+    view: View
+    reader: LineReader | None
+
+
+def build_setup(
+    args: argparse.Namespace,
+    console: Console,
+    *,
+    provider: Provider | None = None,
+    tools: Any = None,
+    delegate_tools: Any = None,
+    approve: ApproveMode | None = None,
+    system: str | None = None,
+    session_id: str | None = None,
+    retry: Any = None,
+) -> AgentSetup:
+    """The agent the options describe (``--provider``, ``--delegate``, ``--memory``...)."""
+    if provider is None:
+        provider = make_provider(args.provider, args.model)
+    root = args.root
+    if tools is None:
+        from ..tools import DEFAULT_TOOLS, default_tools, read_only_tools
+
+        tools = DEFAULT_TOOLS if root is None else default_tools(root=root)
+        if root is not None and delegate_tools is None:
+            delegate_tools = read_only_tools(root=root)
+    reader = stdin_reader(sys.stdin)
+    if approve is None:
+        if args.yes:
+            approve = "yes"
+        elif reader is not None and reader.interactive:
+            approve = "ask"
+        else:
+            approve = "decline"
+    view: View
+    if args.json:
+        view = JsonView(console.out)
+        err_style = console.err_style
+
+        def write_err(text: str) -> None:
+            console.err.write(text)
+            console.err.flush()
+
+        gate = Approver(
+            approve, reader=reader, write=write_err, colour=err_style.yellow, show_preview=True
+        )
+    else:
+        human = HumanView(
+            console.out,
+            model=str(getattr(provider, "model", "")),
+            session_id=session_id,
+            style=console.style,
+        )
+        view = human
+        gate = Approver(approve, reader=reader, write=human.write, colour=console.style.yellow)
+    limits = Limits(max_turns=args.max_turns, timeout=args.timeout)
+    options: dict[str, Any] = {}
+    if retry is not None:
+        options["retry"] = retry
+    agent = Agent(
+        provider,
+        system=system or SYSTEM_PROMPT.format(root=os.path.abspath(root or ".")),
+        tools=tools,
+        confirm=gate,
+        observer=EventObserver(view),
+        delegation=args.delegate,
+        delegate_tools=delegate_tools,
+        memory=args.memory,
+        skills=args.skills,
+        workspace=root,
+        limits=limits,
+        **options,
+    )
+    if isinstance(view, HumanView):
+        view.dangerous = frozenset(n for n, t in agent.tools.items() if t.dangerous)
+        view.subagent_tools = frozenset(
+            n for n, t in agent.tools.items() if type(t).__name__ in ("DelegateTool", "AgentTool")
+        )
+    return AgentSetup(agent, view, reader)
+
+
+async def _close(provider: Any) -> None:
+    aclose = getattr(provider, "aclose", None)
+    if aclose is not None:
+        with anyio.CancelScope(shield=True):
+            await aclose()
+
+
+async def _open_session(store: SQLiteStore, session_id: str | None, *, must_exist: bool) -> Session:
+    if must_exist:
+        try:
+            return await store.load(session_id or "")
+        except SessionNotFound:
+            raise CommandError(f"no session {session_id!r} in {store.path}") from None
+    return await store.open(session_id)
+
+
+async def _title(session: Session, prompt: str) -> None:
+    if not session.messages and "title" not in session.metadata:
+        await session.set_metadata(title=" ".join(prompt.split())[:80])
+
+
+def _needs_resume(session: Session) -> bool:
+    """Whether the last turn was left open (a prompt or tool results with no answer yet,
+    or tool calls without results)."""
+    if not session.messages:
+        return False
+    last = session.messages[-1]
+    return last.role == "user" or bool(last.tool_calls)
+
+
+# -- the commands -----------------------------------------------------------------------------
+
+
+async def cmd_run(args: argparse.Namespace, console: Console) -> int:
+    """``fanloop run PROMPT``: one run, in a session (new unless ``--session``)."""
+    prompt = args.prompt
+    if prompt is None or prompt == "-":
+        if sys.stdin is None or sys.stdin.isatty():
+            raise CommandError('give a prompt: fanloop run "..." (or pipe one in)', EXIT_CONFIG)
+        prompt = sys.stdin.read()
+    if not prompt.strip():
+        raise CommandError("the prompt is empty", EXIT_CONFIG)
+    provider = make_provider(args.provider, args.model)
+    store = SQLiteStore(session_db(args.root))
+    async with AsyncExitStack() as stack:
+        stack.push_async_callback(_close, provider)
+        stack.push_async_callback(store.aclose)
+        session = await _open_session(store, args.session, must_exist=False)
+        setup = build_setup(args, console, provider=provider, session_id=session.id)
+        await _title(session, prompt)
+
+        async def body(interrupts: Interrupts) -> int:
+            outcome = await execute(
+                lambda: setup.agent.run(prompt, session=session), setup.view, interrupts, console
+            )
+            return exit_code_for(outcome)
+
+        return await run_command(body)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def cmd_chat(args: argparse.Namespace, console: Console, *, resume: bool = False) -> int:
+    """``fanloop chat``: a conversation kept in a session; ``/exit`` or Ctrl-D leaves.
+
+    With ``resume`` (``fanloop sessions resume ID``) the session must exist, and a turn a
+    dead process left open is finished first.
+    """
+    provider = make_provider(args.provider, args.model)
+    store = SQLiteStore(session_db(args.root))
+    async with AsyncExitStack() as stack:
+        stack.push_async_callback(_close, provider)
+        stack.push_async_callback(store.aclose)
+        session_id = args.session if not resume else args.id
+        session = await _open_session(store, session_id, must_exist=resume)
+        setup = build_setup(args, console, provider=provider)
+        agent, view, reader = setup.agent, setup.view, setup.reader
+        interactive = reader is not None and reader.interactive
+        say = console.info if not args.json else _to_stderr(console)
+        if session.messages:
+            say(f"session {session.id} · {len(session.messages)} messages so far")
+        else:
+            say(
+                f"session {session.id} "
+                f"(continue it later with: fanloop chat --session {session.id})"
+            )
+        if interactive:
+            say("type /exit or press Ctrl-D to leave; Ctrl-C cancels a running answer")
+
+        async def body(interrupts: Interrupts) -> int:
+            code = 0
+            if resume and _needs_resume(session):
+                say("finishing the turn that was left open…")
+                outcome = await execute(lambda: agent.resume(session), view, interrupts, console)
+                code = exit_code_for(outcome)
+                if outcome.result is not None and (
+                    str(outcome.result.termination_reason) == "effect_outcome_uncertain"
+                ):
+                    console.error(
+                        f"the effect of an earlier tool call is uncertain: "
+                        f"{outcome.result.detail} (see: fanloop sessions effects {session.id})"
+                    )
+                    return EXIT_ERROR
+            if reader is None:
+                return code
+            while True:
+                if interactive:
+                    prompt_mark = console.style.bold(console.style.green("you › "))
+                    if isinstance(view, HumanView):
+                        view.write(prompt_mark)
+                    else:
+                        console.err.write("you › ")
+                        console.err.flush()
+                line = await reader.readline()
+                if line is None:
+                    if interactive and isinstance(view, HumanView):
+                        view.write("\n")
+                    return code
+                text = line.strip()
+                if not text:
+                    continue
+                if text in ("/exit", "/quit"):
+                    return code
+                await _title(session, text)
+                outcome = await execute(
+                    partial(agent.run, text, session=session), view, interrupts, console
+                )
+                code = exit_code_for(outcome)
+                if code == EXIT_INTERRUPTED:
+                    code = 0  # a cancelled answer does not end the conversation
+
+        return await run_command(body)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _to_stderr(console: Console) -> Callable[[str], None]:
+    def say(text: str) -> None:
+        print(console.err_style.dim(text), file=console.err, flush=True)
+
+    return say
+
+
+def handle_errors(fn: Callable[[], int], console: Console) -> int:
+    """Run a command; expected errors become one line on stderr and an exit code."""
+    try:
+        return fn()
+    except CommandError as exc:
+        console.error(str(exc))
+        return exc.code
+    except ConfigurationError as exc:
+        console.error(str(exc))
+        return EXIT_CONFIG
+    except FanloopError as exc:
+        console.error(str(exc))
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (``fanloop run ... | head``): stop quietly.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_ERROR

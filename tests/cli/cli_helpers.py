@@ -1,0 +1,121 @@
+"""Helpers for driving ``python -m fanloop`` in subprocesses and on a pseudo-terminal."""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+PROVIDER = ("--provider", "openai", "--model", "gpt-4o")
+
+
+@dataclass
+class Done:
+    code: int
+    out: str
+    err: str
+
+
+def fanloop(
+    *args: str,
+    env: dict[str, str],
+    cwd: Path | None = None,
+    input: str | None = None,
+    timeout: float = 30.0,
+) -> Done:
+    """Run ``python -m fanloop ARGS`` to the end, stdin a pipe (or closed), not a terminal."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "fanloop", *args],
+        env=env,
+        cwd=cwd,
+        input=input if input is not None else "",
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return Done(proc.returncode, proc.stdout, proc.stderr)
+
+
+class Terminal:
+    """``python -m fanloop`` on a pseudo-terminal (stdin, stdout and stderr all on it)."""
+
+    def __init__(self, *args: str, env: dict[str, str], cwd: Path | None = None) -> None:
+        master, slave = os.openpty()
+        self.fd = master
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "fanloop", *args],
+            env=env,
+            cwd=cwd,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            close_fds=True,
+            start_new_session=True,
+        )
+        os.close(slave)
+        self.output = ""
+        self.seen = 0  # expect() searches from here
+
+    def _read(self, timeout: float) -> bool:
+        ready, _, _ = select.select([self.fd], [], [], timeout)
+        if not ready:
+            return True
+        try:
+            data = os.read(self.fd, 65536)
+        except OSError:  # EIO: the process is gone and the terminal closed
+            return False
+        if not data:
+            return False
+        self.output += data.decode("utf-8", errors="replace")
+        return True
+
+    def expect(self, pattern: str, timeout: float = 15.0) -> str:
+        """Read until ``pattern`` (a regex, escape codes ignored) shows up; return the text
+        read up to and including it."""
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        while True:
+            plain = ESCAPE.sub("", self.output)
+            match = regex.search(plain, self.seen)
+            if match:
+                self.seen = match.end()
+                return plain[: match.end()]
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {pattern!r}; got:\n{plain}")
+            if not self._read(0.1) and not regex.search(ESCAPE.sub("", self.output), self.seen):
+                raise AssertionError(f"the process ended before {pattern!r}; got:\n{plain}")
+
+    def send(self, text: str) -> None:
+        os.write(self.fd, text.encode())
+
+    def interrupt(self) -> None:
+        """Ctrl-C: SIGINT to the process."""
+        self.proc.send_signal(signal.SIGINT)
+
+    def wait(self, timeout: float = 15.0) -> int:
+        """Read the rest of the output and return the exit code."""
+        deadline = time.monotonic() + timeout
+        while self._read(0.1):
+            if self.proc.poll() is not None and not select.select([self.fd], [], [], 0)[0]:
+                break
+            if time.monotonic() > deadline:
+                self.proc.kill()
+                raise AssertionError(f"the process did not exit; got:\n{self.plain}")
+        return self.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+
+    @property
+    def plain(self) -> str:
+        return ESCAPE.sub("", self.output)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self.fd)
