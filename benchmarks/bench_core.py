@@ -31,7 +31,7 @@ def conversation_model() -> ScriptedProvider:
     def answer(request: ModelRequest) -> ModelResponse:
         return tool_turn if len(request.messages) < 2 * TURNS else final
 
-    return ScriptedProvider(answer, chunk_size=1000)
+    return ScriptedProvider(answer, chunk_size=1000, record=False)
 
 
 async def handwritten(provider: ScriptedProvider, prompt: str) -> str:

@@ -52,6 +52,7 @@ class ScriptedProvider:
         first_delay: float = 0.0,
         stream: bool = True,
         hosted_tools: frozenset[str] = frozenset(),
+        record: bool = True,
     ) -> None:
         self.name = name
         self.model = model
@@ -60,6 +61,7 @@ class ScriptedProvider:
         self.first_delay = first_delay
         self.hosted_tools = hosted_tools
         self.requests: list[ModelRequest] = []
+        self._record = record
         if callable(script) and not isinstance(script, type):
             self._responder: Callable[[ModelRequest], Any] | None = script
             self._script: deque[Turn] = deque()
@@ -79,7 +81,8 @@ class ScriptedProvider:
         self._script.extend(turns)
 
     async def _next(self, request: ModelRequest) -> ModelResponse:
-        self.requests.append(request)
+        if self._record:
+            self.requests.append(request)
         if self._responder is not None:
             item: Any = self._responder
         elif self._script:
