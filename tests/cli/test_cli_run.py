@@ -28,6 +28,25 @@ def test_answer_usage_line_and_no_escape_codes(
     assert "\x1b" not in done.out + done.err  # not a terminal: no colour
     assert done.err == ""
     assert server.requests[0].body["messages"][-1]["content"] == "Say hello"
+    tools = {t["function"]["name"] for t in server.requests[0].body["tools"]}
+    assert {"read_file", "write_file", "bash", "remember"} <= tools  # memory is on by default
+    assert "delegate" not in tools
+
+
+def test_delegate_and_no_memory(server: FakeLLMServer, env: dict[str, str], work: Path) -> None:
+    server.add("Fine.")
+    done = run(env, work, "--delegate", "--no-memory", "hi")
+    assert done.code == 0, done.err
+    tools = {t["function"]["name"] for t in server.requests[0].body["tools"]}
+    assert "delegate" in tools and "remember" not in tools
+
+
+def test_timeout_ends_the_run(server: FakeLLMServer, env: dict[str, str], work: Path) -> None:
+    server.add(Fault.slow(5.0, reply("Too late.")))
+    done = run(env, work, "--timeout", "0.5", "hi")
+    assert done.code == 1
+    assert "stopped: deadline" in done.out
+    assert "Too late." not in done.out
 
 
 def test_unknown_model_cost_is_na(server: FakeLLMServer, env: dict[str, str], work: Path) -> None:

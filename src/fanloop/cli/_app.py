@@ -131,6 +131,8 @@ class Interrupts:
                 self.view.note("^C cancelling… (Ctrl-C again to quit)")
             return
         self.exiting = True
+        if isinstance(self.view, HumanView) and self.view.midline:
+            self.view.write("\n")
         self.exit_scope.cancel()
         timer = threading.Timer(self.grace, os._exit, (EXIT_INTERRUPTED,))
         timer.daemon = True
@@ -400,6 +402,7 @@ async def cmd_chat(args: argparse.Namespace, console: Console, *, resume: bool =
 
         async def body(interrupts: Interrupts) -> int:
             code = 0
+            interrupts.view = view
             if resume and _needs_resume(session):
                 say("finishing the turn that was left open…")
                 outcome = await execute(lambda: agent.resume(session), view, interrupts, console)

@@ -333,9 +333,8 @@ class HumanView:
 
     def _approval_requested(self, event: Any) -> None:
         s = self.style
-        self.line(
-            f"  {s.yellow('?')} {s.bold(self._label(event))} {s.yellow('wants to run:')}", event
-        )
+        name = event.call.name
+        self.line(f"  {s.yellow('?')} {s.bold(name)} {s.yellow('wants to run:')}", event)
         lines = event.preview.splitlines() or [""]
         shown = lines[:_MAX_PREVIEW_LINES]
         for text in shown:
@@ -411,8 +410,6 @@ class HumanView:
         elif reason != "completed":
             detail = f" — {result.detail}" if result.detail else ""
             self.line(s.yellow(f"⊘ stopped: {reason}{detail}"))
-        elif self.midline:
-            self.line("")
         self.line(s.dim(usage_line(result, self.model, session_id=self.session_id)))
 
 
