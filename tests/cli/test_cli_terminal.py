@@ -174,3 +174,35 @@ def test_chat_exits_on_ctrl_d_and_slash_exit(server: FakeLLMServer, terminal, wo
     t2.send("/exit\n")
     assert t2.wait() == 0
     assert server.requests == []
+
+
+def test_ctrl_c_at_the_approval_prompt_cancels_without_running(
+    server: FakeLLMServer, terminal, work: Path
+) -> None:  # type: ignore[no-untyped-def]
+    server.add(reply(tool_calls=[call("bash", command="touch never.txt")]))
+    t = terminal("run", *PROVIDER, "--root", str(work), "--session", "s-gate", "Touch it")
+    t.expect(r"for this tool: ")
+    t.interrupt()
+    t.expect("cancelled")
+    assert t.wait(timeout=10) == 130
+    assert "Traceback" not in t.plain
+    assert not (work / "never.txt").exists()
+    messages = load_messages(work, "s-gate")
+    assert [m.role for m in messages] == ["user", "assistant", "user"]
+    assert messages[-1].content[0].is_error  # the call got a (cancelled) result
+
+
+def test_second_ctrl_c_exits(
+    server: FakeLLMServer, terminal, work: Path
+) -> None:  # type: ignore[no-untyped-def]
+    server.delta_delay = 0.2
+    server.add(STORY)
+    t = terminal("chat", *PROVIDER, "--root", str(work))
+    t.expect("you › ")
+    t.send("Tell a story.\n")
+    t.expect("Once upon")
+    t.interrupt()
+    t.expect("Ctrl-C again to quit")  # (two signals sent at once would merge into one)
+    t.interrupt()
+    assert t.wait(timeout=10) == 130
+    assert "Traceback" not in t.plain
