@@ -192,9 +192,7 @@ def test_ctrl_c_at_the_approval_prompt_cancels_without_running(
     assert messages[-1].content[0].is_error  # the call got a (cancelled) result
 
 
-def test_second_ctrl_c_exits(
-    server: FakeLLMServer, terminal, work: Path
-) -> None:  # type: ignore[no-untyped-def]
+def test_second_ctrl_c_exits(server: FakeLLMServer, terminal, work: Path) -> None:  # type: ignore[no-untyped-def]
     server.delta_delay = 0.2
     server.add(STORY)
     t = terminal("chat", *PROVIDER, "--root", str(work))

@@ -23,6 +23,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from .. import Agent, Limits
+from .._delegate import AgentTool, DelegateTool
 from ..errors import ConfigurationError, FanloopError, ProviderError
 from ..providers import Provider, from_env
 from ..sessions import Session, SessionNotFound, SQLiteStore
@@ -151,7 +152,7 @@ async def run_command(body: Callable[[Interrupts], Awaitable[int]]) -> int:
     code = EXIT_INTERRUPTED
     async with anyio.create_task_group() as tg:
         interrupts = Interrupts(tg.cancel_scope)
-        if threading.current_thread() is threading.main_thread():
+        if sys.platform != "win32" and threading.current_thread() is threading.main_thread():
             await tg.start(interrupts.watch)
         code = await body(interrupts)
         tg.cancel_scope.cancel()
@@ -307,7 +308,7 @@ def build_setup(
     if isinstance(view, HumanView):
         view.dangerous = frozenset(n for n, t in agent.tools.items() if t.dangerous)
         view.subagent_tools = frozenset(
-            n for n, t in agent.tools.items() if type(t).__name__ in ("DelegateTool", "AgentTool")
+            n for n, t in agent.tools.items() if isinstance(t, DelegateTool | AgentTool)
         )
     return AgentSetup(agent, view, reader)
 

@@ -242,7 +242,7 @@ async def demo(console: Console, *, fast: bool = False, json: bool = False) -> i
             code = await run_command(body)
             wall = time.perf_counter() - started
             result = setup.view.result
-            if result is not None:
+            if result is not None and code == 0:
                 say(s.bold(_summary(result, server, wall)))
             if isinstance(setup.view, HumanView) and code == 0:
                 say(
