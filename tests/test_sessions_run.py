@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from fanloop import Agent, TerminationReason, tool
-from fanloop.messages import ToolResultPart
+from fanloop.messages import Message, ToolResultPart
 from fanloop.sessions import EffectStatus, MemoryStore, SQLiteStore
 from fanloop.testing import ScriptedProvider, call, reply
 
@@ -182,3 +182,17 @@ async def test_concurrent_runs_on_many_sessions_in_one_file(tmp_path: Path) -> N
         assert [m.role for m in session.messages] == ["user", "assistant", "user", "assistant"]
         assert session.messages[-1].text == f"done job {i}"
     assert len(await fresh.list()) == 40
+
+
+async def test_resume_can_be_streamed() -> None:
+    session = await MemoryStore().open("stream-resume")
+    await session.append(Message.user("hello"))
+    agent = Agent(ScriptedProvider(["Hi, resumed."], chunk_size=3))
+    chunks = []
+    async with agent.stream(session=session, resume=True) as run:
+        async for event in run:
+            if event.kind == "text_delta":
+                chunks.append(event.text)
+    assert "".join(chunks) == "Hi, resumed."
+    assert run.result.termination_reason is TerminationReason.COMPLETED
+    assert [m.role for m in session.messages] == ["user", "assistant"]

@@ -164,7 +164,7 @@ async def test_subagent_usage_rolls_up_into_the_parent() -> None:
     for _ in range(6):
         expected = expected + CHILD_USAGE
     assert result.usage == expected
-    assert result.tool_calls == 3  # the parent's own calls; sub-agents count their own
+    assert result.tool_calls == 6  # the parent's 3 delegations plus one call per sub-agent
 
 
 async def test_parallel_subagents_do_not_overshoot_a_shared_output_budget() -> None:

@@ -468,18 +468,29 @@ class Agent:
         session: Session | None = None,
         deps: Any = None,
         buffer: int = 64,
+        resume: bool = False,
     ) -> RunStream:
         """Run as :meth:`run`, yielding the run's events as they happen.
 
         Use it as ``async with agent.stream("...") as run: async for event in run: ...``;
         afterwards ``run.result`` holds the :class:`~fanloop.RunResult`. The event buffer is
         bounded: a slow consumer slows the run down rather than growing memory. Leaving the
-        ``async with`` early cancels the run.
+        ``async with`` early cancels the run. With ``resume=True`` (and a ``session``, no
+        prompt) it streams :meth:`resume`.
         """
         from ._stream import RunStream
 
+        before = None
+        if resume:
+            if session is None or prompt is not None:
+                raise ConfigurationError("stream(resume=True) takes a session and no prompt")
+            from ._resume import repair
+
+            before = repair
         return RunStream(
-            partial(self._execute, prompt, messages=messages, session=session, deps=deps),
+            partial(
+                self._execute, prompt, messages=messages, session=session, deps=deps, before=before
+            ),
             buffer=buffer,
         )
 

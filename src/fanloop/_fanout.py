@@ -99,7 +99,10 @@ async def run_batch(
     """
     emit = run.emitter.emit
     granted = run.budget.take_tool_calls(len(calls))
-    run.tool_calls += granted
+    owner: RunState | None = run
+    while owner is not None:  # like usage, a sub-agent's tool calls count for its ancestors
+        owner.tool_calls += granted
+        owner = owner.parent
     prepared: list[_Call] = []
     for index, call in enumerate(calls):
         count = run.stall.observe(call)

@@ -4,7 +4,8 @@ The library never configures logging. Unconfigured structlog prints every level 
 which would be noise in an application that never asked for fanloop's logs (and fatal in an
 MCP stdio server). So each call goes to ``structlog.get_logger("fanloop")`` when structlog is
 configured and to the stdlib ``logging.getLogger("fanloop")`` otherwise, where the application's
-logging configuration decides (by default: warnings and errors only, on stderr).
+logging configuration decides (a ``NullHandler`` keeps it silent until the application adds
+a handler).
 
 Event names are fixed snake_case strings; values are key-value pairs. ``run_id``,
 ``agent_path``, ``turn`` and ``tool_call_id`` are bound through structlog's contextvars by the
@@ -25,6 +26,7 @@ from structlog.contextvars import bind_contextvars, get_contextvars, reset_conte
 __all__ = ["bind", "logger", "unbind"]
 
 _std = logging.getLogger("fanloop")
+_std.addHandler(logging.NullHandler())  # the library convention: silent until configured
 _LEVELS = {
     "debug": logging.DEBUG,
     "info": logging.INFO,
