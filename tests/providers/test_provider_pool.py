@@ -9,6 +9,7 @@ import httpx2
 import pytest
 from provider_helpers import make_anthropic, make_openai, request
 
+from fanloop.providers._aiohttp import AiohttpTransport
 from fanloop.testing import FakeLLMServer
 
 
@@ -40,8 +41,14 @@ async def test_owned_pool_is_closed(server: FakeLLMServer, make) -> None:
     await provider.complete(request("x"))
     pool = provider._client._client
     assert isinstance(pool, httpx2.AsyncClient)
-    assert pool._transport._pool._max_connections == 1000  # sized for heavy concurrency
-    assert pool._transport._pool._max_keepalive_connections == 100
+    transport = pool._transport
+    if isinstance(transport, AiohttpTransport):  # the default where aiohttp is installed
+        assert transport._session is not None
+        assert transport._session.connector is not None
+        assert transport._session.connector.limit == 1000  # sized for heavy concurrency
+    else:
+        assert transport._pool._max_connections == 1000
+        assert transport._pool._max_keepalive_connections == 100
     await provider.aclose()
     assert pool.is_closed
     await provider.aclose()  # idempotent

@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import email.utils
 import functools
+import importlib.util
 import json
+import os
 import ssl
 import time
-from collections.abc import AsyncIterator, Mapping
+import urllib.request
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Literal, Protocol, TypeAlias
 
 import httpx2
 
@@ -53,8 +56,11 @@ __all__ = [
     "HTTPProvider",
     "ProviderStream",
     "SDKErrors",
+    "Transport",
     "create_pool",
+    "default_pool",
     "parse_retry_after",
+    "resolve_transport",
     "ssl_context",
     "status_error",
     "stream_error",
@@ -64,9 +70,17 @@ __all__ = [
 DEFAULT_LIMITS = httpx2.Limits(max_connections=1000, max_keepalive_connections=100)
 """Pool limits of a provider-owned client: up to 1000 requests in flight at once.
 
-Idle keep-alive connections are capped at 100: ``httpcore2`` probes every idle connection
-each time a request starts or ends, so a large idle set costs more than reconnecting (measured:
-2000 concurrent streams ran 2-3x slower with 1000 idle connections allowed than with 100)."""
+With 100 ms of model latency, 1000 connections carry 10,000 requests a second, more than one
+process can prepare; further runs wait for a connection rather than open sockets without end.
+On the ``httpx2`` transport idle keep-alive connections are capped at 100: ``httpcore2``
+probes every idle connection each time a request starts or ends, so a large idle set costs more
+than reconnecting (measured: 2000 concurrent streams ran 2-3x slower with 1000 idle
+connections allowed than with 100). The ``aiohttp`` transport keeps them all."""
+
+Transport: TypeAlias = Literal["auto", "aiohttp", "httpx"]
+"""How a fanloop-made pool moves bytes: ``"aiohttp"`` (the ``fanloop[aiohttp]`` extra),
+``"httpx"`` (``httpx2``'s own pool), or ``"auto"``: ``aiohttp`` when it is installed and no
+proxy variable is set, else ``httpx``. ``FANLOOP_HTTP_TRANSPORT`` overrides ``"auto"``."""
 
 DEFAULT_TIMEOUT = httpx2.Timeout(600.0, connect=5.0)
 """The SDKs' own default: long reads (a model may think for minutes), quick connects."""
@@ -107,18 +121,67 @@ def ssl_context() -> ssl.SSLContext:
     return httpx2.create_ssl_context()
 
 
+def resolve_transport(transport: Transport = "auto") -> Literal["aiohttp", "httpx"]:
+    """The transport ``transport`` stands for in this process (see :data:`Transport`)."""
+    if transport == "auto":
+        forced = os.environ.get("FANLOOP_HTTP_TRANSPORT", "").strip().lower()
+        if forced in ("aiohttp", "httpx"):
+            return forced  # type: ignore[return-value]
+        return "aiohttp" if _aiohttp_usable() else "httpx"
+    if transport not in ("aiohttp", "httpx"):
+        raise ValueError(f"transport must be 'auto', 'aiohttp' or 'httpx', not {transport!r}")
+    return transport
+
+
+@functools.cache
+def _aiohttp_usable() -> bool:
+    # aiohttp would ignore proxy variables unless it re-reads them on every request; with a
+    # proxy configured, httpx2 (which honours them once, at construction) is the better pool.
+    return importlib.util.find_spec("aiohttp") is not None and not urllib.request.getproxies()
+
+
 def create_pool(
     *,
     limits: httpx2.Limits = DEFAULT_LIMITS,
     timeout: httpx2.Timeout | float | None = DEFAULT_TIMEOUT,
+    transport: Transport = "auto",
 ) -> httpx2.AsyncClient:
     """A connection pool for one or more providers (``http_client=``).
 
+    Args:
+        limits: connection caps (``max_keepalive_connections`` matters only to ``httpx``).
+        timeout: per-request timeouts.
+        transport: ``"auto"``, ``"aiohttp"`` or ``"httpx"`` (see :data:`Transport`).
+
     The caller owns it: a provider given a pool never closes it.
     """
+    if resolve_transport(transport) == "aiohttp":
+        from ._aiohttp import AiohttpTransport
+
+        return httpx2.AsyncClient(
+            transport=AiohttpTransport(limits=limits, verify=ssl_context()),
+            timeout=timeout,
+            follow_redirects=True,
+        )
     return httpx2.AsyncClient(
         limits=limits, timeout=timeout, follow_redirects=True, verify=ssl_context()
     )
+
+
+def default_pool(
+    sdk_client: Callable[..., httpx2.AsyncClient],
+    timeout: httpx2.Timeout | float | None,
+) -> httpx2.AsyncClient:
+    """The pool a provider creates for itself when it is given none.
+
+    On the ``aiohttp`` transport when :func:`resolve_transport` picks it; otherwise the SDK's
+    own ``DefaultAsyncHttpxClient`` (``sdk_client``), which keeps its socket options and
+    proxy mounts, with fanloop's limits.
+    """
+    timeout = timeout if timeout is not None else DEFAULT_TIMEOUT
+    if resolve_transport() == "aiohttp":
+        return create_pool(timeout=timeout, transport="aiohttp")
+    return sdk_client(limits=DEFAULT_LIMITS, timeout=timeout, verify=ssl_context())
 
 
 def parse_retry_after(headers: Mapping[str, str]) -> float | None:

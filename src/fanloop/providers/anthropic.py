@@ -26,14 +26,7 @@ import httpx2
 from ..errors import ConfigurationError, ResponseInvalid, StreamIncomplete
 from ..events import StreamDelta, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallStarted
 from ..messages import Message, Origin, Part, TextPart, ThinkingPart, ToolCallPart
-from ._http import (
-    DEFAULT_LIMITS,
-    DEFAULT_TIMEOUT,
-    HTTPProvider,
-    SDKErrors,
-    ssl_context,
-    stream_error,
-)
+from ._http import HTTPProvider, SDKErrors, default_pool, stream_error
 from ._types import HostedTool, ModelRequest, ModelResponse, StopReason, ToolSpec, Usage
 from ._wire import MessageCache, ToolsCache, dumps, parse_arguments
 
@@ -117,11 +110,7 @@ class AnthropicProvider(HTTPProvider):
         if timeout is not None:
             options["timeout"] = timeout
         if http_client is None:
-            http_client = anthropic.DefaultAsyncHttpxClient(
-                limits=DEFAULT_LIMITS,
-                timeout=timeout if timeout is not None else DEFAULT_TIMEOUT,
-                verify=ssl_context(),
-            )
+            http_client = default_pool(anthropic.DefaultAsyncHttpxClient, timeout)
         try:
             client = anthropic.AsyncAnthropic(
                 api_key=api_key,

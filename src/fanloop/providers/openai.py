@@ -33,14 +33,7 @@ from ..messages import (
     ThinkingPart,
     ToolCallPart,
 )
-from ._http import (
-    DEFAULT_LIMITS,
-    DEFAULT_TIMEOUT,
-    HTTPProvider,
-    SDKErrors,
-    ssl_context,
-    stream_error,
-)
+from ._http import HTTPProvider, SDKErrors, default_pool, stream_error
 from ._types import ModelRequest, ModelResponse, StopReason, ToolSpec, Usage
 from ._wire import MessageCache, ToolsCache, dumps, parse_arguments
 
@@ -129,11 +122,7 @@ class OpenAIProvider(HTTPProvider):
         if base_url is not None:
             options["base_url"] = base_url
         if http_client is None:
-            http_client = openai.DefaultAsyncHttpxClient(
-                limits=DEFAULT_LIMITS,
-                timeout=timeout if timeout is not None else DEFAULT_TIMEOUT,
-                verify=ssl_context(),
-            )
+            http_client = default_pool(openai.DefaultAsyncHttpxClient, timeout)
         try:
             client = openai.AsyncOpenAI(
                 api_key=api_key,

@@ -1,0 +1,159 @@
+"""An ``httpx2`` transport on an ``aiohttp`` connection pool (the ``fanloop[aiohttp]`` extra).
+
+The official SDKs keep their ``httpx2`` API (``client.post(...)``, their error classes) while
+the bytes travel through ``aiohttp``. ``httpcore2``'s pool scans its connections each time a
+request starts or ends, so with a thousand requests in flight most of the time goes into
+scheduling; ``aiohttp``'s connector hands out an idle connection in constant time.
+
+The SDKs ship the same idea (``DefaultAioHttpClient``); this one is ours so that failures map
+onto ``httpx2``'s exception classes precisely (a refused connection is a ``ConnectError``, not
+a timeout, so fanloop's error translation tells them apart), the per-request work is small,
+and the response body is read as it arrives.
+
+Imported only when a pool is built with it: ``aiohttp`` costs ~100 ms to import.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import ssl
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import httpx2
+from yarl import URL
+
+__all__ = ["AiohttpTransport"]
+
+
+@functools.lru_cache(maxsize=64)
+def _client_timeout(
+    connect: float | None, read: float | None, pool: float | None
+) -> aiohttp.ClientTimeout:
+    # httpx2's "pool" (waiting for a connection) is aiohttp's "connect" (pool wait plus
+    # connection set-up); "connect" is the socket connect, "read" the gap between reads.
+    return aiohttp.ClientTimeout(total=None, connect=pool, sock_connect=connect, sock_read=read)
+
+
+def _translate(exc: BaseException) -> httpx2.TransportError:
+    """The ``httpx2`` exception for an ``aiohttp`` (or socket) failure."""
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return httpx2.ConnectTimeout(text)
+    if isinstance(exc, aiohttp.ServerTimeoutError | asyncio.TimeoutError):
+        return httpx2.ReadTimeout(text)
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return httpx2.ConnectError(text)
+    if isinstance(exc, aiohttp.InvalidURL):
+        return httpx2.UnsupportedProtocol(text)
+    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
+        return httpx2.RemoteProtocolError(text)
+    return httpx2.ReadError(text)
+
+
+_FAILURES = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+
+
+class _Body(httpx2.AsyncByteStream):
+    """A response body read from ``aiohttp`` chunk by chunk, as the bytes arrive."""
+
+    __slots__ = ("_response",)
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self._response = response
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        content = self._response.content
+        try:
+            while True:
+                chunk = await content.readany()
+                if not chunk:
+                    return
+                yield chunk
+        except _FAILURES as exc:
+            raise _translate(exc) from exc
+
+    async def aclose(self) -> None:
+        # A body read to its end returns the connection to the pool; one left unread
+        # closes it (aiohttp never reuses a connection with a pending body).
+        self._response.release()
+
+
+class AiohttpTransport(httpx2.AsyncBaseTransport):
+    """Send ``httpx2`` requests over one ``aiohttp.ClientSession`` (HTTP/1.1).
+
+    Args:
+        limits: ``max_connections`` caps open connections (``None``: no cap); idle ones are
+            kept for ``keepalive_expiry`` seconds. ``max_keepalive_connections`` is not
+            needed: idle connections cost ``aiohttp`` nothing per request.
+        verify: the TLS context.
+        trust_env: read proxy variables and ``.netrc`` (per request, so off by default).
+
+    The session is created on the first request, in the event loop that sends it.
+    """
+
+    def __init__(
+        self,
+        *,
+        limits: httpx2.Limits,
+        verify: ssl.SSLContext | bool = True,
+        trust_env: bool = False,
+    ) -> None:
+        self._limits = limits
+        self._verify = verify
+        self._trust_env = trust_env
+        self._session: aiohttp.ClientSession | None = None
+
+    def _open(self) -> aiohttp.ClientSession:
+        limits = self._limits
+        connector = aiohttp.TCPConnector(
+            limit=limits.max_connections or 0,
+            limit_per_host=0,
+            keepalive_timeout=limits.keepalive_expiry or 5.0,
+            ssl=self._verify,
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            auto_decompress=False,  # httpx2 decodes content-encoding itself
+            trust_env=self._trust_env,
+            timeout=aiohttp.ClientTimeout(total=None),
+            skip_auto_headers=("Accept-Encoding", "User-Agent"),
+        )
+        return self._session
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        session = self._session or self._open()
+        timeout: dict[str, Any] = request.extensions.get("timeout", {})
+        try:
+            data: Any = request.content or None
+        except httpx2.RequestNotRead:  # a streamed upload
+            data = request.stream
+            request.headers.pop("transfer-encoding", None)
+        try:
+            response = await session._request(
+                request.method,
+                URL(str(request.url), encoded=True),
+                headers=request.headers.multi_items(),
+                data=data,
+                allow_redirects=False,
+                timeout=_client_timeout(
+                    timeout.get("connect"), timeout.get("read"), timeout.get("pool")
+                ),
+                server_hostname=request.extensions.get("sni_hostname"),
+            )
+        except _FAILURES as exc:
+            raise _translate(exc) from exc
+        return httpx2.Response(
+            status_code=response.status,
+            headers=response.raw_headers,
+            stream=_Body(response),
+            request=request,
+            extensions={"http_version": b"HTTP/1.1"},
+        )
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
