@@ -21,6 +21,7 @@ class Row:
     baseline: float | None
     unit: str
     target: str = ""
+    met: bool | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -39,17 +40,38 @@ async def median_time(fn: Callable[[], Awaitable[object]], repeats: int) -> floa
     return statistics.median(times)
 
 
+def peak_rss_mib() -> float:
+    """This process's peak resident set size in MiB.
+
+    ``VmHWM`` rather than ``ru_maxrss``: the latter keeps the parent's peak across
+    fork + exec, so a small child of a large benchmark process would report the parent's size.
+    """
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def table(rows: list[Row]) -> str:
     """A Markdown table of ``rows``."""
     lines = [
-        "| workload | metric | fanloop | baseline | ratio | target |",
-        "|---|---|---:|---:|---:|---|",
+        "| workload | metric | fanloop | baseline | ratio | target | met |",
+        "|---|---|---:|---:|---:|---|---|",
     ]
     for r in rows:
         base = "" if r.baseline is None else f"{r.baseline:,.4g} {r.unit}"
         ratio = "" if r.ratio is None else f"{r.ratio:.2f}×"
         ours = f"{r.fanloop:,.4g} {r.unit}"
-        lines.append(f"| {r.workload} | {r.metric} | {ours} | {base} | {ratio} | {r.target} |")
+        met = {True: "yes", False: "**no**", None: ""}[r.met]
+        lines.append(
+            f"| {r.workload} | {r.metric} | {ours} | {base} | {ratio} | {r.target} | {met} |"
+        )
     return "\n".join(lines)
 
 

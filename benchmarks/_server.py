@@ -1,0 +1,94 @@
+"""A FakeLLMServer in its own process, so that its CPU time and memory stay out of the figures.
+
+``python benchmarks/_server.py --tool-turns 3 --latency 0.1`` prints the port on the first
+line of stdout and serves until stdin closes. Each conversation calls ``noop`` once per turn
+until it holds ``--tool-turns`` tool results, then answers with ``--answer-chars`` characters
+(``--chars-per-delta`` of them per streamed delta). Use :func:`serve` from a benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from fanloop.testing import FakeLLMServer, call, reply
+
+
+def tool_results(body: dict[str, Any]) -> int:
+    """Tool results already in a request body (OpenAI or Anthropic wire format)."""
+    count = 0
+    for m in body["messages"]:
+        if m["role"] == "tool":
+            count += 1
+        elif m["role"] == "user" and isinstance(m["content"], list):
+            count += sum(1 for b in m["content"] if b.get("type") == "tool_result")
+    return count
+
+
+def make_responder(tool_turns: int, answer: str) -> Any:
+    tool_turn = [
+        reply("Calling the tool.", tool_calls=[call("noop", _id=f"call_{n}")])
+        for n in range(tool_turns)
+    ]
+    final = reply(answer)
+
+    def responder(body: dict[str, Any]) -> Any:
+        done = tool_results(body)
+        return tool_turn[done] if done < tool_turns else final
+
+    return responder
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tool-turns", type=int, default=0)
+    parser.add_argument("--latency", type=float, default=0.0)
+    parser.add_argument("--answer-chars", type=int, default=40)
+    parser.add_argument("--chars-per-delta", type=int, default=12)
+    args = parser.parse_args()
+    answer = ("All done, here is the answer. " * (args.answer_chars // 30 + 1))[: args.answer_chars]
+    with FakeLLMServer(
+        responder=make_responder(args.tool_turns, answer),
+        latency=args.latency,
+        chars_per_delta=args.chars_per_delta,
+        record=False,
+    ) as server:
+        print(server.port, flush=True)
+        sys.stdin.read()  # until the parent closes our stdin
+        if server.errors:
+            print(f"server errors: {server.errors[:3]}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def serve(
+    *, tool_turns: int = 0, latency: float = 0.0, answer_chars: int = 40, chars_per_delta: int = 12
+) -> Iterator[str]:
+    """Run the server in a child process; yields its ``http://127.0.0.1:PORT``."""
+    argv = [
+        sys.executable,
+        __file__,
+        f"--tool-turns={tool_turns}",
+        f"--latency={latency}",
+        f"--answer-chars={answer_chars}",
+        f"--chars-per-delta={chars_per_delta}",
+    ]
+    with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None
+        assert proc.stdin is not None
+        try:
+            port = int(proc.stdout.readline())
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            proc.stdin.close()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""N concurrent 3-turn runs in one process against a model with 100 ms latency.
+
+Each side runs in its own child process (``python bench_concurrency.py child ...``) so that
+peak RSS (``ru_maxrss``) is comparable; the FakeLLMServer runs in a third process. A run is
+one conversation: two turns that call the no-op tool, then the answer. Retries are off on
+both sides, so every failure counts as an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import resource
+import subprocess
+import sys
+import time
+from typing import Any
+
+from _common import peak_rss_mib
+
+TOOL_TURNS = 2  # + the answer: 3 model calls per run
+KINDS: collections.Counter[str] = collections.Counter()  # error kinds seen in a child
+
+
+async def fanloop_side(url: str, n: int, transport: str | None) -> tuple[int, float]:
+    from fanloop import Agent, RetryPolicy, tool
+    from fanloop.providers.openai import OpenAIProvider
+
+    @tool
+    async def noop() -> str:
+        """Do nothing."""
+        return "ok"
+
+    options: dict[str, Any] = {}
+    if transport == "sdk-aiohttp":
+        import openai
+
+        options["http_client"] = openai.DefaultAioHttpClient()
+    elif transport is not None:
+        from fanloop.providers._http import create_pool
+
+        options["http_client"] = create_pool(transport=transport)  # type: ignore[call-arg]
+    provider = OpenAIProvider("gpt-4.1", api_key="bench", base_url=f"{url}/v1", **options)
+    agent = Agent(provider, tools=[noop], retry=RetryPolicy(max_retries=0))
+    errors = 0
+
+    async def one() -> None:
+        nonlocal errors
+        try:
+            result = await agent.run("go")
+            if result.turns != TOOL_TURNS + 1 or not result.text:
+                errors += 1
+        except Exception as exc:
+            errors += 1
+            KINDS[_kind(exc)] += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(n)))
+    wall = time.perf_counter() - started
+    await provider.aclose()
+    if "http_client" in options:
+        await options["http_client"].aclose()
+    return errors, wall
+
+
+async def sdk_side(url: str, n: int) -> tuple[int, float]:
+    import openai
+
+    from _baseline import openai_loop
+
+    client = openai.AsyncOpenAI(api_key="bench", base_url=f"{url}/v1", max_retries=0)
+    errors = 0
+
+    async def one() -> None:
+        nonlocal errors
+        try:
+            turns, text = await openai_loop(client, "go", streaming=True)
+            if turns != TOOL_TURNS + 1 or not text:
+                errors += 1
+        except Exception as exc:
+            errors += 1
+            KINDS[_kind(exc)] += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(n)))
+    wall = time.perf_counter() - started
+    await client.close()
+    return errors, wall
+
+
+def _kind(exc: BaseException) -> str:
+    """An error, its cause and the cause's cause, for the report."""
+    cause = exc.__cause__
+    return f"{type(exc).__name__}: {exc} <- {cause!r} <- {getattr(cause, '__cause__', None)!r}"
+
+
+def child(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("side", choices=["fanloop", "sdk"])
+    parser.add_argument("--url", required=True)
+    parser.add_argument("-n", type=int, required=True)
+    parser.add_argument("--transport", default=None)
+    args = parser.parse_args(argv)
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    if args.side == "fanloop":
+        errors, wall = asyncio.run(fanloop_side(args.url, args.n, args.transport))
+    else:
+        errors, wall = asyncio.run(sdk_side(args.url, args.n))
+    rss_mib = peak_rss_mib()
+    kinds = dict(KINDS.most_common(3))
+    print(
+        json.dumps(
+            {"wall": wall, "errors": errors, "rss_mib": rss_mib, "n": args.n, "kinds": kinds}
+        )
+    )
+
+
+def measure(side: str, url: str, n: int, transport: str | None = None) -> dict[str, Any]:
+    """Run one side in a fresh child process; returns wall, runs_per_s, errors, rss_mib."""
+    argv = [sys.executable, __file__, "child", side, f"--url={url}", f"-n={n}"]
+    if transport is not None:
+        argv.append(f"--transport={transport}")
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    if out.returncode != 0:
+        raise RuntimeError(f"{side} child failed:\n{out.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    result["runs_per_s"] = n / result["wall"]
+    return result
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["child"]:
+        child(sys.argv[2:])
+    else:
+        from _server import serve
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("-n", type=int, default=1000)
+        parser.add_argument("--side", default="fanloop")
+        parser.add_argument("--transport", default=None)
+        args = parser.parse_args()
+        with serve(tool_turns=TOOL_TURNS, latency=0.1) as url:
+            print(measure(args.side, url, args.n, args.transport))

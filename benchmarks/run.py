@@ -1,0 +1,283 @@
+"""The benchmark suite: one table, every figure a median and a ratio to a same-run baseline.
+
+Run: ``nox -s bench`` or ``python benchmarks/run.py [--quick]``. Writes the table to
+``benchmarks/results/latest.md``. The baseline is a hand-written minimal loop on the official
+SDK client (SDK-direct, ``_baseline.py``) against the same FakeLLMServer, which runs in its
+own process. ``--quick`` shrinks every size for a smoke run (figures then mean little).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import anyio
+
+import bench_concurrency
+import bench_core
+import bench_http
+from _common import Row, table, write
+from _server import serve
+from fanloop import Agent, tool
+from fanloop.testing import ScriptedProvider, call, reply
+
+
+async def fan_out(sync: bool, calls: int, repeats: int) -> Row:
+    """One turn fanning out ``calls`` calls of a tool sleeping 0.2 s; baseline: the calls
+    run by hand, ``asyncio.gather`` (async) or the loop's default executor (sync)."""
+
+    def blocking(n: int) -> str:
+        time.sleep(0.2)
+        return str(n)
+
+    async def sleeping(n: int) -> str:
+        await asyncio.sleep(0.2)
+        return str(n)
+
+    fn = blocking if sync else sleeping
+    sleeper = tool(name="sleeper", concurrent_safe=True)(fn)
+    turn = reply(tool_calls=[call("sleeper", n=i) for i in range(calls)])
+    agent = Agent(
+        ScriptedProvider(lambda r: turn if len(r.messages) == 1 else "done"), tools=[sleeper]
+    )
+
+    async def handwritten() -> None:
+        if sync:
+            loop = asyncio.get_running_loop()
+            await asyncio.gather(*(loop.run_in_executor(None, blocking, i) for i in range(calls)))
+        else:
+            await asyncio.gather(*(sleeping(i) for i in range(calls)))
+
+    ours = await _median(lambda: agent.run("go"), repeats)
+    base = await _median(handwritten, repeats)
+    variant = "sync (blocking), worker threads" if sync else "async"
+    base_note = "default executor" if sync else "asyncio.gather"
+    return Row(
+        f"one turn, {calls} calls of a tool sleeping 0.2 s, {variant}; baseline {base_note}",
+        "wall time",
+        ours,
+        base,
+        "s",
+        "≤ 0.3 s",
+        ours <= 0.3,
+    )
+
+
+async def _median(fn, repeats: int) -> float:  # type: ignore[no-untyped-def]
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        await fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+SIDES = ("fanloop", "sdk")
+
+
+def concurrency(sizes: list[int], baseline_sizes: set[int], repeats: int) -> list[Row]:
+    rows = []
+    with serve(tool_turns=bench_concurrency.TOOL_TURNS, latency=0.1) as url:
+        if min(sizes) >= 100:
+            bench_concurrency.measure("fanloop", url, min(sizes))  # warm the server
+        for n in sizes:
+            if n < 100:  # a smoke run: both sides at once, RSS stays per process
+                with concurrent.futures.ThreadPoolExecutor() as pool:
+                    jobs = [pool.submit(bench_concurrency.measure, s, url, n) for s in SIDES]
+                    ours, base = [jobs[0].result()], [jobs[1].result()]
+            else:
+                reps = 1 if n >= 10_000 else repeats
+                ours = [bench_concurrency.measure("fanloop", url, n) for _ in range(reps)]
+                base = (
+                    [bench_concurrency.measure("sdk", url, n) for _ in range(reps)]
+                    if n in baseline_sizes
+                    else []
+                )
+
+            def med(samples: list[dict], key: str) -> float | None:  # type: ignore[type-arg]
+                return statistics.median(s[key] for s in samples) if samples else None
+
+            name = f"{n:,} concurrent 3-turn runs, 100 ms model latency"
+            rps, rps_b = med(ours, "runs_per_s"), med(base, "runs_per_s")
+            rss, rss_b = med(ours, "rss_mib"), med(base, "rss_mib")
+            errors = sum(s["errors"] for s in ours)
+            errors_b = sum(s["errors"] for s in base) if base else None
+            big = n >= 1000
+            rows += [
+                Row(
+                    name,
+                    "runs/s",
+                    rps or 0,
+                    rps_b,
+                    "/s",
+                    "≥ 5×" if n == 1000 else "",
+                    (rps or 0) >= 5 * rps_b if n == 1000 and rps_b else None,
+                ),
+                Row(
+                    name,
+                    "peak RSS (child process)",
+                    rss or 0,
+                    rss_b,
+                    "MiB",
+                    "≤ 1.2×" if n == 1000 else "",
+                    (rss or 0) <= 1.2 * rss_b if n == 1000 and rss_b else None,
+                ),
+                Row(
+                    name,
+                    f"errors (of {n * len(ours):,} runs)",
+                    errors,
+                    errors_b,
+                    "",
+                    "0" if big else "",
+                    errors == 0 if big else None,
+                ),
+            ]
+            kinds = {k for s in ours + base for k in s.get("kinds", {})}
+            for kind in sorted(kinds):
+                print(f"  {name}: error kind {kind}", flush=True)
+    return rows
+
+
+def _subprocess_seconds(code: str, repeats: int) -> tuple[float, float]:
+    """Median wall time and peak RSS (MiB) of ``python -c code``."""
+    probe = (
+        "import sys, time; t = time.perf_counter(); exec(sys.argv[1]); "
+        "t = time.perf_counter() - t; from _common import peak_rss_mib; "
+        "print(t, peak_rss_mib())"
+    )
+    samples = []
+    for _ in range(repeats):
+        out = subprocess.run(
+            [sys.executable, "-c", probe, code],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).resolve().parent,
+        )
+        seconds, rss = out.stdout.split()
+        samples.append((float(seconds), float(rss)))
+    return (
+        statistics.median(s[0] for s in samples),
+        statistics.median(s[1] for s in samples),
+    )
+
+
+def startup(repeats: int, agents: int) -> list[Row]:
+    bare_t, bare_rss = _subprocess_seconds("pass", repeats)
+    ours_t, ours_rss = _subprocess_seconds("import fanloop", repeats)
+    sdk_t, sdk_rss = _subprocess_seconds("import openai", repeats)
+    creation = (
+        "import time, statistics, openai, httpx2\n"
+        "from fanloop import Agent, tool\n"
+        "from fanloop.providers.openai import OpenAIProvider\n"
+        "@tool\n"
+        "async def noop() -> str:\n"
+        "    'Do nothing.'\n"
+        "    return 'ok'\n"
+        "pool = httpx2.AsyncClient()\n"
+        "p = OpenAIProvider('gpt-4.1', api_key='k', http_client=pool)\n"
+        f"N = {agents}\n"
+        "def ours():\n"
+        "    for _ in range(N): Agent(p, tools=[noop])\n"
+        "def base():\n"
+        "    for _ in range(N): openai.AsyncOpenAI(api_key='k', http_client=pool)\n"
+        "r = {}\n"
+        "for name, fn in (('ours', ours), ('base', base)):\n"
+        "    ts = []\n"
+        "    for _ in range(5):\n"
+        "        t = time.perf_counter(); fn(); ts.append(time.perf_counter() - t)\n"
+        "    r[name] = statistics.median(ts) / N * 1e6\n"
+        "print(r['ours'], r['base'])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", creation], capture_output=True, text=True, check=True
+    )
+    per_agent, per_client = (float(x) for x in out.stdout.split())
+    return [
+        Row(
+            "`import fanloop` (baseline: `import openai`), minus bare python",
+            "import time",
+            (ours_t - bare_t) * 1e3 + 0,
+            (sdk_t - bare_t) * 1e3,
+            "ms",
+            "< 200 ms",
+            (ours_t - bare_t) < 0.2,
+        ),
+        Row(
+            "`import fanloop` (baseline: `import openai`), minus bare python",
+            "memory (peak RSS)",
+            ours_rss - bare_rss,
+            sdk_rss - bare_rss,
+            "MiB",
+        ),
+        Row(
+            f"creating {agents:,} Agents with one tool (baseline: an AsyncOpenAI client each)",
+            "per Agent",
+            per_agent,
+            per_client,
+            "µs",
+            "< 50 µs",
+            per_agent < 50,
+        ),
+    ]
+
+
+async def core(repeats: int) -> list[Row]:
+    row = await bench_core.per_turn(repeats)
+    row.met = row.ratio is not None and row.ratio <= 1.2
+    return [row]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
+    parser.add_argument("--output", default="latest.md", help="file under benchmarks/results")
+    args = parser.parse_args()
+    quick = args.quick
+    turns, repeats = (3, 1) if quick else (50, 5)
+    sizes = [20] if quick else [100, 1000, 10000]
+    baseline_sizes = {20} if quick else {100, 1000}
+    rows: list[Row] = []
+    started = time.perf_counter()
+
+    def step(label: str) -> None:
+        print(f"[{time.perf_counter() - started:6.1f} s] {label}", flush=True)
+
+    step("per-turn time over HTTP")
+    rows += anyio.run(bench_http.per_turn, turns, repeats)
+    step("concurrent runs")
+    rows += concurrency(sizes, baseline_sizes, 1 if quick else 3)
+    step("fan-out")
+    calls = 4 if quick else 32
+    rows.append(anyio.run(fan_out, False, calls, 1 if quick else 3))
+    rows.append(anyio.run(fan_out, True, calls, 1 if quick else 3))
+    step("streamed deltas")
+    rows += anyio.run(bench_http.deltas, 200 if quick else 5000, 1 if quick else 5)
+    step("import and agent creation")
+    rows += startup(1 if quick else 7, 100 if quick else 10_000)
+    step("core loop overhead (ScriptedProvider)")
+    rows += anyio.run(core, 1 if quick else 15)
+    step("done")
+    text = table(rows)
+    header = (
+        "# fanloop benchmarks\n\n"
+        f"`python benchmarks/run.py{' --quick' if quick else ''}`, Python "
+        f"{sys.version.split()[0]}, {time.strftime('%Y-%m-%d %H:%M')}. Ratio = fanloop / "
+        "baseline (SDK-direct unless the row says otherwise), measured in the same run.\n\n"
+    )
+    path = write(args.output, header + text + "\n")
+    print()
+    print(text)
+    print(f"\nwritten to {path}")
+
+
+if __name__ == "__main__":
+    main()
