@@ -19,9 +19,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-import structlog
-import structlog.testing
-from structlog.contextvars import bind_contextvars, get_contextvars, reset_contextvars
+# structlog is imported on first use (the first run or log line), not by ``import fanloop``.
 
 __all__ = ["bind", "logger", "unbind"]
 
@@ -40,13 +38,15 @@ class _Logger:
     __slots__ = ()
 
     def _log(self, level: str, event: str, kw: dict[str, Any]) -> None:
+        import structlog
+
         if _structlog_wanted():
             getattr(structlog.get_logger("fanloop"), level)(event, **kw)
             return
         lvl = _LEVELS[level]
         if not _std.isEnabledFor(lvl):
             return
-        fields = {**get_contextvars(), **kw}
+        fields = {**structlog.contextvars.get_contextvars(), **kw}
         text = " ".join([event, *(f"{k}={v!r}" for k, v in fields.items())])
         _std.log(lvl, text, exc_info=level == "exception")
 
@@ -73,6 +73,9 @@ def _structlog_wanted() -> bool:
     ``structlog.testing.capture_logs()`` (which reconfigures and restores), when the output is
     again structlog's default: everything printed to stdout.
     """
+    import structlog
+    import structlog.testing
+
     if not structlog.is_configured():
         return False
     config = structlog.get_config()
@@ -93,9 +96,13 @@ def bind(**kw: Any) -> Mapping[str, Any]:
 
     Returns the tokens to hand to :func:`unbind`, which restores what was bound before.
     """
+    from structlog.contextvars import bind_contextvars
+
     return bind_contextvars(**kw)
 
 
 def unbind(tokens: Mapping[str, Any]) -> None:
     """Restore the context :func:`bind` replaced."""
+    from structlog.contextvars import reset_contextvars
+
     reset_contextvars(**tokens)

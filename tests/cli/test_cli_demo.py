@@ -27,7 +27,7 @@ def test_demo_fast(env: dict[str, str]) -> None:
         "✓ write_file",
         "⇉ 2 calls side by side",  # two sub-agents in parallel
         "↻ RateLimited",  # the injected 429, retried
-        "demo done: 4 turns · 6 tool calls",  # the summary
+        "demo done: 4 turns · 8 tool calls",  # the summary (sub-agents' calls included)
     ]
     positions = [out.index(step) for step in steps]
     assert positions == sorted(positions), out
