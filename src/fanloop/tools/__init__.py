@@ -47,43 +47,11 @@ if TYPE_CHECKING:
     )
 
 # The built-in tools load on first use, so ``import fanloop`` stays light.
-_LAZY = frozenset(
-    {
-        "DEFAULT_TOOLS",
-        "MEMORY_FILE",
-        "READ_ONLY_NAMES",
-        "READ_ONLY_TOOLS",
-        "BashTool",
-        "DeleteFileTool",
-        "EditFileTool",
-        "EnvTool",
-        "GitCommitTool",
-        "GitDiffTool",
-        "GitLogTool",
-        "GitStatusTool",
-        "GlobTool",
-        "GrepTool",
-        "HttpRequestTool",
-        "ListDirTool",
-        "ReadCache",
-        "ReadFileTool",
-        "RememberTool",
-        "SqlQueryTool",
-        "SqlSchemaTool",
-        "WebFetchTool",
-        "Workspace",
-        "WriteFileTool",
-        "default_db_path",
-        "default_tools",
-        "load_memory",
-        "memory_prompt",
-        "read_only_tools",
-    }
-)
+_EAGER = frozenset({"FunctionTool", "RunContext", "Tool", "ToolResult", "current_context", "tool"})
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
+    if name in __all__ and name not in _EAGER:
         from . import _builtin
 
         return getattr(_builtin, name)
