@@ -121,7 +121,8 @@ async def test_result_raises_until_the_run_has_ended_and_is_there_after_the_bloc
             _ = run.result
         assert not run.done
         async for event in run:
-            if event.kind == "text_delta":
+            # the run may end before its buffered events are read; until then, no result
+            if event.kind == "text_delta" and not run.done:
                 with pytest.raises(RuntimeError):
                     _ = run.result
     assert run.done

@@ -86,7 +86,11 @@ class RunStream:
     async def _deliver(self, event: Event) -> None:
         assert self._send is not None
         with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-            await self._send.send(event)  # (a consumer that left is cancelling the run)
+            try:  # room in the buffer: no trip through the event loop per event
+                self._send.send_nowait(event)
+            except anyio.WouldBlock:
+                await self._send.send(event)  # full: wait for the consumer (backpressure)
+            # (a consumer that left is cancelling the run: the event is dropped)
 
     def __aiter__(self) -> RunStream:
         return self
@@ -94,7 +98,10 @@ class RunStream:
     async def __anext__(self) -> Event:
         assert self._recv is not None
         try:
-            return await self._recv.receive()
+            try:
+                return self._recv.receive_nowait()
+            except anyio.WouldBlock:
+                return await self._recv.receive()
         except anyio.EndOfStream:
             if self._error is not None and not self._error_raised:
                 self._error_raised = True

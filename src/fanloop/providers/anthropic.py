@@ -32,7 +32,13 @@ from ._wire import MessageCache, ToolsCache, dumps, parse_arguments
 
 __all__ = ["AnthropicProvider"]
 
-_loads = json.loads
+_decode = json.JSONDecoder().decode
+
+
+def _loads(data: bytes) -> Any:
+    """``json.loads`` for UTF-8 bytes, minus its encoding sniffing (this runs per delta)."""
+    return _decode(data.decode())
+
 
 _STOP_REASONS: dict[str, StopReason] = {
     "end_turn": StopReason.END_TURN,

@@ -39,7 +39,13 @@ from ._wire import MessageCache, ToolsCache, dumps, parse_arguments
 
 __all__ = ["OpenAIProvider"]
 
-_loads = json.loads
+_decode = json.JSONDecoder().decode
+
+
+def _loads(data: bytes) -> Any:
+    """``json.loads`` for UTF-8 bytes, minus its encoding sniffing (this runs per delta)."""
+    return _decode(data.decode())
+
 
 _FINISH_REASONS: dict[str, StopReason] = {
     "stop": StopReason.END_TURN,
