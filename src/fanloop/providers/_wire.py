@@ -14,7 +14,15 @@ from typing import Any, Generic, TypeVar
 
 from ..messages import INVALID_ARGUMENTS_KEY
 
-__all__ = ["MessageCache", "ToolsCache", "dumps", "parse_arguments"]
+__all__ = ["MessageCache", "ToolsCache", "dumps", "loads", "parse_arguments"]
+
+_decode = json.JSONDecoder().decode
+
+
+def loads(data: bytes) -> Any:
+    """``json.loads`` for UTF-8 bytes, minus its encoding sniffing (this runs per delta)."""
+    return _decode(data.decode())
+
 
 dumps: Callable[[Any], str] = json.JSONEncoder(separators=(",", ":")).encode
 """Compact JSON text (ASCII-only, so ``.encode()`` of the result is always valid UTF-8)."""

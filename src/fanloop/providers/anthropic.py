@@ -17,7 +17,6 @@ thinking and server-tool blocks are replayed byte for byte in the next request.
 
 from __future__ import annotations
 
-import json
 from typing import Any, ClassVar
 
 import anthropic
@@ -29,16 +28,9 @@ from ..messages import Message, Origin, Part, TextPart, ThinkingPart, ToolCallPa
 from ._http import HTTPProvider, SDKErrors, default_pool, stream_error
 from ._types import HostedTool, ModelRequest, ModelResponse, StopReason, ToolSpec, Usage
 from ._wire import MessageCache, ToolsCache, dumps, parse_arguments
+from ._wire import loads as _loads
 
 __all__ = ["AnthropicProvider"]
-
-_decode = json.JSONDecoder().decode
-
-
-def _loads(data: bytes) -> Any:
-    """``json.loads`` for UTF-8 bytes, minus its encoding sniffing (this runs per delta)."""
-    return _decode(data.decode())
-
 
 _STOP_REASONS: dict[str, StopReason] = {
     "end_turn": StopReason.END_TURN,

@@ -15,7 +15,6 @@ and decodes the SSE chunks itself, assembling tool-call fragments by their ``ind
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, ClassVar
 
@@ -36,16 +35,9 @@ from ..messages import (
 from ._http import HTTPProvider, SDKErrors, default_pool, stream_error
 from ._types import ModelRequest, ModelResponse, StopReason, ToolSpec, Usage
 from ._wire import MessageCache, ToolsCache, dumps, parse_arguments
+from ._wire import loads as _loads
 
 __all__ = ["OpenAIProvider"]
-
-_decode = json.JSONDecoder().decode
-
-
-def _loads(data: bytes) -> Any:
-    """``json.loads`` for UTF-8 bytes, minus its encoding sniffing (this runs per delta)."""
-    return _decode(data.decode())
-
 
 _FINISH_REASONS: dict[str, StopReason] = {
     "stop": StopReason.END_TURN,
