@@ -80,7 +80,8 @@ class Agent:
         max_tool_result_chars: tool output longer than this is cut, with a note saying so
             (``None``: never cut).
         max_depth: how deep delegation may nest (1: sub-agents cannot delegate).
-        delegate_tools: the tools a delegated sub-agent gets (default: ``READ_ONLY_TOOLS``).
+        delegate_tools: the tools a delegated sub-agent gets (default: this agent's own
+            read-only built-in tools, or read-only tools rooted at ``workspace``).
         workspace: the root directory for file tools, memory and skills (default: the cwd).
     """
 
@@ -311,7 +312,7 @@ class Agent:
         )
         set_("_caps", {t.name: self._caps_of(t) for t in all_tools})
         set_("system_prompt", "\n\n".join(system_parts) or None)
-        set_("_invoke", make_invoker(provider))
+        set_("_invoke", make_invoker(provider, self.retry.stream_idle_timeout))
         set_("_table", build_table(observer, hooks))
 
     async def aclose(self) -> None:
@@ -651,7 +652,9 @@ class Agent:
                     turns=result.turns,
                     tool_calls=result.tool_calls,
                 )
-                with anyio.CancelScope(shield=True):
+                # Shielded so a cancelled run still reports how it ended, but only for a grace
+                # period: a consumer that never returns cannot make the run uncancellable.
+                with anyio.move_on_after(FINAL_EVENT_GRACE, shield=True):
                     await emitter.emit(RunFinished(result, error))
                 if observer is not None:
                     _notify(
@@ -686,6 +689,9 @@ class Agent:
 
 
 _AUTO_TOOLS = frozenset({"delegate", "remember", "read_skill"})
+
+FINAL_EVENT_GRACE = 2.0
+"""Seconds the final ``run_finished`` event may take to deliver once the run is cancelled."""
 
 
 def _spec(t: Tool) -> ToolSpec:

@@ -76,13 +76,36 @@ class DelegateTool(Tool):
     def __init__(self, tools: Iterable[Tool] | None = None, system: str = SUBAGENT_SYSTEM) -> None:
         self._tools = tuple(tools) if tools is not None else None
         self._system = system
+        self._fallback: dict[str | None, tuple[Tool, ...]] = {}
 
-    def _tools_for_children(self) -> tuple[Tool, ...]:
+    def _tools_for_children(self, parent: Agent) -> tuple[Tool, ...]:
+        """The sub-agent's tools: never more reach than the parent has.
+
+        Explicit ``delegate_tools`` win. Otherwise the parent's own read-only built-in tools
+        (the same instances, so the same workspace root and read cache); a parent that has
+        none gets fresh read-only tools rooted at its ``workspace`` (the current directory
+        when it has none).
+        """
         if self._tools is not None:
             return self._tools
+        from .tools import READ_ONLY_NAMES, read_only_tools
+
+        kinds = self._read_only_kinds()
+        own = tuple(
+            t for t in parent.tools.values() if t.name in READ_ONLY_NAMES and type(t) in kinds
+        )
+        if own:
+            return own
+        cached = self._fallback.get(parent.workspace)
+        if cached is None:
+            cached = self._fallback[parent.workspace] = read_only_tools(root=parent.workspace)
+        return cached
+
+    @staticmethod
+    def _read_only_kinds() -> frozenset[type[Tool]]:
         from .tools import READ_ONLY_TOOLS
 
-        return tuple(READ_ONLY_TOOLS)
+        return frozenset(type(t) for t in READ_ONLY_TOOLS)
 
     async def run(self, task: str) -> ToolResult:
         try:
@@ -97,7 +120,7 @@ class DelegateTool(Tool):
         child = Agent(
             pa.provider,
             system=self._system,
-            tools=self._tools_for_children(),
+            tools=self._tools_for_children(pa),
             limits=pa.limits,
             retry=pa.retry,
             name="delegate",
@@ -110,6 +133,7 @@ class DelegateTool(Tool):
             delegate_tools=self._tools,
             auto_approve=pa.auto_approve,
             confirm=pa.confirm,
+            workspace=pa.workspace,
             _limiters=pa.limiters,
         )
         result = await child._execute(task, parent=parent, parent_call_id=ctx.call.id)

@@ -51,6 +51,16 @@ NO_CONFIRM = (
 )
 CANCELLED = "The tool call was cancelled before it finished; its outcome is unknown."
 
+MAX_ERROR_CHARS = 4_000
+"""The longest error message built by the scheduler (it may quote the model's own input)."""
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}...[{len(text) - limit:,} more characters cut]"
+
 
 class LimiterPool:
     """Capacity limiters created on first use, one set per event loop.
@@ -126,7 +136,7 @@ async def run_batch(
                 results,
                 index,
                 call,
-                f"Unknown tool {call.name!r}. Available tools: {available}.",
+                f"Unknown tool {clip(call.name, 100)!r}. Available tools: {available}.",
             )
             continue
         raw = call.arguments.get(INVALID_ARGUMENTS_KEY)
@@ -136,14 +146,14 @@ async def run_batch(
                 results,
                 index,
                 call,
-                f"The arguments for tool {call.name!r} were not a valid JSON object: {raw!r}. "
-                "Send the arguments again as one JSON object.",
+                f"The arguments for tool {call.name!r} were not a valid JSON object: "
+                f"{clip(str(raw), 500)!r}. Send the arguments again as one JSON object.",
             )
             continue
         try:
             kwargs = tool.validate(call.arguments)
         except ToolError as exc:
-            await _immediate(run, results, index, call, str(exc))
+            await _immediate(run, results, index, call, clip(str(exc), MAX_ERROR_CHARS))
             continue
         except Exception as exc:
             await _immediate(
@@ -151,7 +161,10 @@ async def run_batch(
                 results,
                 index,
                 call,
-                f"Invalid arguments for tool {call.name!r}: {type(exc).__name__}: {exc}",
+                clip(
+                    f"Invalid arguments for tool {call.name!r}: {type(exc).__name__}: {exc}",
+                    MAX_ERROR_CHARS,
+                ),
             )
             continue
         prepared.append(_Call(index, call, tool, kwargs))
@@ -251,10 +264,30 @@ async def _run_dangerous(run: RunState, item: _Call, results: list[ToolResultPar
 async def _replay(
     run: RunState, item: _Call, results: list[ToolResultPart | None], receipt: Any
 ) -> None:
-    """A call whose id already has a receipt is never run twice: replay or refuse."""
-    from ._resume import receipt_result
+    """A call whose id already has a receipt is never run twice: replay or refuse.
+
+    Only a receipt written for this very call (same tool, same arguments) is replayed; one
+    left by a different call under the same id is never passed off as this call's result.
+    """
+    from ._resume import receipt_matches, receipt_result
 
     call = item.call
+    if not receipt_matches(call, receipt):
+        from ._result import TerminationReason
+
+        refused = ToolResultPart(
+            call_id=call.id,
+            content="Not run: this call's id was already used by a different call. Call the "
+            "tool again.",
+            is_error=True,
+        )
+        run.end(
+            TerminationReason.EFFECT_OUTCOME_UNCERTAIN,
+            f"tool call {call.id} ({call.name}) reuses the id of a different earlier call",
+        )
+        results[item.index] = refused
+        await run.emitter.emit(ToolFinished(call, refused, 0.0))
+        return
     part = receipt_result(call, receipt)
     if part is None:
         from ._result import TerminationReason
@@ -353,7 +386,8 @@ async def _execute(
     except Exception as exc:
         logger.warning("tool_failed", tool=call.name, error=repr(exc))
         result = ToolResult(
-            f"Tool {call.name!r} failed: {type(exc).__name__}: {exc}", is_error=True
+            clip(f"Tool {call.name!r} failed: {type(exc).__name__}: {exc}", MAX_ERROR_CHARS),
+            is_error=True,
         )
     finally:
         if token is not None:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import anyio
 
+from ._callids import distinct_call_ids
 from ._context import check_context
 from ._fanout import results_or_cancelled, run_batch
 from ._model import Ending, refusal_text, take_turn
@@ -38,6 +39,7 @@ async def run_loop(run: RunState) -> RunResult:
         turn = await take_turn(run)
         if isinstance(turn, Ending):
             return run.result(turn.reason, text=turn.text, detail=turn.detail)
+        turn = await distinct_call_ids(run, turn)
         if turn.content:
             await run.append(turn.to_message())
         calls = turn.tool_calls

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -63,19 +64,69 @@ class Progress:
 Invoker = Callable[[ModelRequest, Emit | None, Progress], Awaitable[ModelResponse]]
 
 
-def make_invoker(provider: Any) -> Invoker:
+class IdleWatch:
+    """Cancels a stream that sends no content for ``idle`` seconds.
+
+    One timer per model call, pushed forward lazily: the hot path only records the time of the
+    last item. Time spent handing an item to a slow consumer (backpressure) never counts.
+    Keep-alive comments and pings produce no stream item, so they do not count as content.
+    """
+
+    __slots__ = ("_handle", "_loop", "busy", "fired", "idle", "last", "scope")
+
+    def __init__(self, idle: float, scope: anyio.CancelScope) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.idle = idle
+        self.scope = scope
+        self.busy = False
+        self.fired = False
+        self.last = self._loop.time()
+        self._handle = self._loop.call_at(self.last + idle, self._check)
+
+    def touch(self) -> None:
+        """Record that content just arrived (or was just handed on)."""
+        self.last = self._loop.time()
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        due = (now if self.busy else self.last) + self.idle
+        if due > now + 0.001:
+            self._handle = self._loop.call_at(due, self._check)
+            return
+        self.fired = True
+        self.scope.cancel()
+
+    def close(self) -> None:
+        """Stop the timer."""
+        self._handle.cancel()
+
+
+def _on_asyncio() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # another backend (trio): no idle timer
+        return False
+    return True
+
+
+def make_invoker(provider: Any, idle_timeout: float | None = None) -> Invoker:
     """Build, once per agent, the coroutine that asks ``provider`` for one response.
 
     It returns the response and records in ``progress`` whether a delta went out. A provider with
     ``stream()`` streams; one with only ``complete()`` is awaited (or run in a worker thread
     when ``complete`` is a plain function) and its answer emitted as one big delta.
+
+    With ``idle_timeout``, a stream that yields nothing for that many seconds (from the request
+    to its first item, or between two items) is abandoned with a transient
+    :class:`~fanloop.errors.ProviderTimeout`, so a server that only sends keep-alives cannot
+    hold a run forever.
     """
     stream = getattr(provider, "stream", None)
     if callable(stream):
 
-        async def invoke_stream(
-            request: ModelRequest, emit: Emit | None, progress: Progress
-        ) -> ModelResponse:
+        async def consume(
+            request: ModelRequest, emit: Emit | None, progress: Progress, watch: IdleWatch | None
+        ) -> ModelResponse | None:
             response: ModelResponse | None = None
             async with stream(request) as events:
                 async for item in events:
@@ -84,7 +135,33 @@ def make_invoker(provider: Any) -> Invoker:
                     else:
                         progress.emitted = True
                         if emit is not None:
-                            await emit(item)
+                            if watch is None:
+                                await emit(item)
+                            else:
+                                watch.busy = True
+                                await emit(item)
+                                watch.busy = False
+                    if watch is not None:
+                        watch.touch()
+            return response
+
+        async def invoke_stream(
+            request: ModelRequest, emit: Emit | None, progress: Progress
+        ) -> ModelResponse:
+            if idle_timeout is None or not _on_asyncio():
+                response = await consume(request, emit, progress, None)
+            else:
+                with anyio.CancelScope() as scope:
+                    watch = IdleWatch(idle_timeout, scope)
+                    try:
+                        response = await consume(request, emit, progress, watch)
+                    finally:
+                        watch.close()
+                if watch.fired and scope.cancelled_caught:
+                    raise ProviderTimeout(
+                        f"the model's stream sent no content for {idle_timeout:g} s",
+                        provider=getattr(provider, "name", None),
+                    )
             if response is None:
                 raise ResponseInvalid(
                     "the provider's stream ended without a final response",

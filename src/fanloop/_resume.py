@@ -10,12 +10,24 @@ from .messages import Message, ToolCallPart, ToolResultPart
 if TYPE_CHECKING:
     from ._run import RunState
 
-__all__ = ["INTERRUPTED", "receipt_result", "repair"]
+__all__ = ["INTERRUPTED", "receipt_matches", "receipt_result", "repair"]
 
 INTERRUPTED = (
     "The tool call was interrupted before it finished and its result was lost. "
     "Call it again if you still need it."
 )
+
+
+def receipt_matches(call: ToolCallPart, receipt: Any) -> bool:
+    """Whether ``receipt`` was written for this very call: same id, tool and arguments."""
+    from .sessions._models import arguments_hash
+
+    if receipt.call_id != call.id or receipt.tool != call.name:
+        return False
+    try:
+        return bool(receipt.arguments_hash == arguments_hash(call.arguments))
+    except (TypeError, ValueError):
+        return False
 
 
 def receipt_result(call: ToolCallPart, receipt: Any) -> ToolResultPart | None:
@@ -58,7 +70,7 @@ async def repair(run: RunState) -> RunResult | None:
     results: list[ToolResultPart] = []
     for call in calls:
         receipt = await session.effect(call.id) if session is not None else None
-        if receipt is None:
+        if receipt is None or not receipt_matches(call, receipt):
             results.append(ToolResultPart(call_id=call.id, content=INTERRUPTED, is_error=True))
             continue
         part = receipt_result(call, receipt)

@@ -27,6 +27,10 @@ class RetryPolicy:
         max_delay: the largest backoff, in seconds.
         jitter: randomise each backoff so that many clients do not retry in step.
         max_retry_after: the longest server-requested wait honoured, in seconds.
+        stream_idle_timeout: seconds a streamed answer may go without content (from the
+            request to its first event, or between two events; keep-alives do not count)
+            before the attempt fails with a transient ``ProviderTimeout``. ``None`` waits
+            forever.
     """
 
     max_retries: int = 3
@@ -34,12 +38,15 @@ class RetryPolicy:
     max_delay: float = 30.0
     jitter: bool = True
     max_retry_after: float = 60.0
+    stream_idle_timeout: float | None = 300.0
 
     def __post_init__(self) -> None:
         if self.max_retries < 0:
             raise ValueError("max_retries must be >= 0")
         if self.base_delay < 0 or self.max_delay < 0 or self.max_retry_after < 0:
             raise ValueError("retry delays must be >= 0")
+        if self.stream_idle_timeout is not None and not self.stream_idle_timeout > 0:
+            raise ValueError("stream_idle_timeout must be > 0 or None")
 
     def should_retry(self, error: BaseException, attempt: int) -> bool:
         """Whether to retry after ``attempt`` (counted from 1) failed with ``error``."""

@@ -30,6 +30,7 @@ class RunState:
     __slots__ = (
         "agent",
         "budget",
+        "call_ids",
         "context_base",
         "context_tokens",
         "deps",
@@ -84,6 +85,7 @@ class RunState:
         self.context_base = 0
         self.ending: tuple[TerminationReason, str | None] | None = None
         self.warned_turns = not agent.limits.max_turns
+        self.call_ids: set[str] | None = None  # built on first use (see _callids)
 
     @property
     def elapsed(self) -> float:

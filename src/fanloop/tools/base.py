@@ -30,7 +30,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, get_type_hints, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_type_hints, overload
 
 import pydantic
 
@@ -125,16 +125,6 @@ class Tool(ABC):
     max_concurrency: int | None = None
     concurrency_key: str | None = None
 
-    _JSON_TYPES: ClassVar[dict[str, tuple[type, ...]]] = {
-        "string": (str,),
-        "integer": (int,),
-        "number": (int, float),
-        "boolean": (bool,),
-        "array": (list, tuple),
-        "object": (dict,),
-        "null": (type(None),),
-    }
-
     def schema(self) -> dict[str, Any]:
         """The tool as the model sees it: ``name``, ``description`` and ``parameters``."""
         return {"name": self.name, "description": self.description, "parameters": self.parameters}
@@ -151,32 +141,13 @@ class Tool(ABC):
     def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """Check ``arguments`` against ``parameters`` and return the keyword arguments for run.
 
-        The default checks required and unknown properties and top-level JSON types; override
-        it for more. Raise :class:`~fanloop.errors.ToolError` with a message the model can act on.
+        The whole JSON Schema is enforced (nested objects, ``enum``, ``minimum``, ``pattern``,
+        ``items``...), by a validator compiled once per tool. Override it for more; raise
+        :class:`~fanloop.errors.ToolError` with a message the model can act on.
         """
-        schema = self.parameters
-        props: Mapping[str, Any] = schema.get("properties", {})
-        problems: list[str] = []
-        for key in schema.get("required", ()):
-            if key not in arguments:
-                problems.append(f"missing required argument {key!r}")
-        if schema.get("additionalProperties") is False:
-            for key in arguments:
-                if key not in props:
-                    problems.append(f"unknown argument {key!r}")
-        for key, value in arguments.items():
-            expected = props.get(key, {}).get("type")
-            if expected is None:
-                continue
-            names = expected if isinstance(expected, list) else [expected]
-            types = tuple(t for n in names for t in self._JSON_TYPES.get(n, (object,)))
-            ok = isinstance(value, types) and not (
-                isinstance(value, bool) and "boolean" not in names
-            )
-            if not ok:
-                problems.append(f"argument {key!r} must be {' or '.join(names)}, got {value!r}")
+        problems = schema_problems(self, arguments)
         if problems:
-            allowed = ", ".join(props) or "none"
+            allowed = ", ".join(self.parameters.get("properties", {})) or "none"
             raise ToolError(
                 f"Invalid arguments for tool {self.name!r}: {'; '.join(problems)}. "
                 f"Accepted arguments: {allowed}."
@@ -194,6 +165,55 @@ class Tool(ABC):
     def __repr__(self) -> str:
         flags = [f for f in ("dangerous", "concurrent_safe") if getattr(self, f)]
         return f"<{type(self).__name__} {self.name!r}{' ' + ' '.join(flags) if flags else ''}>"
+
+
+MAX_PROBLEMS = 5
+"""How many schema violations an invalid-arguments message lists."""
+
+MAX_PROBLEM_CHARS = 300
+"""How long one violation's description may be (it may quote the model's own input)."""
+
+
+def schema_problems(tool: Tool, arguments: Mapping[str, Any]) -> list[str]:
+    """What is wrong with ``arguments`` under ``tool.parameters`` (empty when they are valid).
+
+    The validator is compiled on first use and kept on the tool until its ``parameters``
+    change. Each problem names where it is (``path.to.field``) and is capped in length.
+    """
+    validator = _validator_of(tool)
+    try:
+        errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+    except RecursionError:
+        return ["the arguments are nested too deeply"]
+    problems = []
+    for error in errors[:MAX_PROBLEMS]:
+        where = ".".join(str(p) for p in error.absolute_path) or "arguments"
+        message = error.message
+        if len(message) > MAX_PROBLEM_CHARS:
+            message = message[:MAX_PROBLEM_CHARS] + "...(cut)"
+        problems.append(f"{where}: {message}")
+    if len(errors) > MAX_PROBLEMS:
+        problems.append(f"and {len(errors) - MAX_PROBLEMS} more")
+    return problems
+
+
+def _validator_of(tool: Tool) -> Any:
+    cached = tool.__dict__.get("_fanloop_validator")
+    schema = tool.parameters
+    if cached is not None and cached[0] is schema:
+        return cached[1]
+    from jsonschema import Draft202012Validator, SchemaError, validators
+
+    cls = validators.validator_for(schema, default=Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except SchemaError as exc:
+        raise ConfigurationError(
+            f"tool {tool.name!r} has an invalid parameters schema: {exc.message}"
+        ) from None
+    validator = cls(schema)
+    tool.__dict__["_fanloop_validator"] = (schema, validator)
+    return validator
 
 
 def to_result(value: Any) -> ToolResult:

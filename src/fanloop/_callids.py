@@ -1,0 +1,69 @@
+"""Tool-call ids that name exactly one call each.
+
+A result is matched to its call by id, and a dangerous call's durable receipt is keyed by it,
+so two calls sharing an id could be answered with each other's results. Ids come from the
+model's server, which may omit them (the provider then invents one), repeat one within a turn,
+or reuse the id of an earlier call. Before a turn enters the transcript, every id that is
+empty, too long, repeated within the turn, or already used in the run's history or by a
+receipt of its session is replaced with a fresh one.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING
+
+from .messages import ToolCallPart
+from .providers._types import ModelResponse
+
+if TYPE_CHECKING:
+    from ._run import RunState
+
+__all__ = ["MAX_CALL_ID", "distinct_call_ids", "fresh_call_id"]
+
+MAX_CALL_ID = 128
+"""The longest tool-call id kept as the server sent it."""
+
+
+def fresh_call_id() -> str:
+    """A new tool-call id, unique across turns, runs and processes."""
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+async def distinct_call_ids(run: RunState, response: ModelResponse) -> ModelResponse:
+    """``response`` with every tool call's id unique in the run (see the module docstring).
+
+    A response whose ids all had to stay as they were is returned as it is. One that was
+    changed loses its ``origin`` (the provider's raw wire blocks still carry the old ids), so
+    the provider translates its parts on the next request instead of replaying them.
+    """
+    calls = response.tool_calls
+    if not calls:
+        return response
+    seen = await known_call_ids(run)
+    content = list(response.content)
+    changed = False
+    for index, part in enumerate(content):
+        if not isinstance(part, ToolCallPart):
+            continue
+        call_id = part.id
+        if not call_id or len(call_id) > MAX_CALL_ID or call_id in seen:
+            call_id = fresh_call_id()
+            while call_id in seen:  # pragma: no cover - a uuid4 collision
+                call_id = fresh_call_id()
+            content[index] = part.model_copy(update={"id": call_id})
+            changed = True
+        seen.add(call_id)
+    if not changed:
+        return response
+    return response.model_copy(update={"content": tuple(content), "origin": None})
+
+
+async def known_call_ids(run: RunState) -> set[str]:
+    """The ids already used in ``run``: its history's calls and its session's receipts."""
+    if run.call_ids is None:
+        ids = {c.id for m in run.messages if m.role == "assistant" for c in m.tool_calls}
+        if run.session is not None:
+            ids.update(r.call_id for r in await run.session.effects())
+        run.call_ids = ids
+    return run.call_ids
