@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
-from fanloop import Agent, NullObserver, RetryPolicy, TerminationReason, Tool, ToolResult, tool
+from fanloop import Agent, NullObserver, RetryPolicy, TerminationReason, Tool, tool
 from fanloop.errors import ProviderTimeout
 from fanloop.events import TextDelta
 from fanloop.messages import INVALID_ARGUMENTS_KEY, Message, ToolCallPart, ToolResultPart
@@ -135,7 +135,9 @@ async def test_resume_does_not_replay_a_receipt_written_for_a_different_call() -
     await session.append(
         Message(
             role="assistant",
-            content=(ToolCallPart(id="c1", name="transfer", arguments={"amount": 900, "to": "bob"}),),
+            content=(
+                ToolCallPart(id="c1", name="transfer", arguments={"amount": 900, "to": "bob"}),
+            ),
         )
     )
     provider = ScriptedProvider(["ok"])
@@ -153,7 +155,7 @@ async def test_resume_does_not_replay_a_receipt_written_for_a_different_call() -
 class Shipping(Tool):
     name = "ship"
     description = "Ship a parcel."
-    parameters = {  # noqa: RUF012
+    parameters = {
         "type": "object",
         "properties": {
             "speed": {"type": "string", "enum": ["slow", "fast"]},
@@ -407,5 +409,3 @@ async def test_delegated_subagents_reuse_the_parents_own_read_only_tools(tmp_pat
     delegate = agent.tools["delegate"]
     children = delegate._tools_for_children(agent)  # type: ignore[attr-defined]
     assert {id(t) for t in children} == {id(t) for t in tools}
-
-
