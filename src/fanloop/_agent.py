@@ -16,7 +16,7 @@ from ._log import bind, logger, unbind
 from ._model import Invoker, make_invoker
 from ._result import RunResult, TerminationReason
 from ._retry import RetryPolicy
-from ._run import RunState
+from ._run import CLEANUP_GRACE, RunState
 from .catalog import model_info
 from .errors import ConfigurationError, ProviderError
 from .events import Event, RunFinished, RunStarted
@@ -690,7 +690,7 @@ class Agent:
 
 _AUTO_TOOLS = frozenset({"delegate", "remember", "read_skill"})
 
-FINAL_EVENT_GRACE = 2.0
+FINAL_EVENT_GRACE = CLEANUP_GRACE
 """Seconds the final ``run_finished`` event may take to deliver once the run is cancelled."""
 
 

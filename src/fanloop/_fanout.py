@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ._log import logger
+from ._run import CLEANUP_GRACE
 from .errors import ToolError
 from .events import (
     ApprovalRequested,
@@ -257,7 +258,9 @@ async def _run_dangerous(run: RunState, item: _Call, results: list[ToolResultPar
     if session is not None:
         done = results[item.index]
         assert done is not None
-        with anyio.CancelScope(shield=True):
+        # Bounded: a commit cut short leaves the receipt "started", which a resumed run
+        # reports as uncertain instead of guessing.
+        with anyio.move_on_after(CLEANUP_GRACE, shield=True):
             await session.commit_effect(call.id, done)
 
 

@@ -22,7 +22,7 @@ from ._context import check_context
 from ._fanout import results_or_cancelled, run_batch
 from ._model import Ending, refusal_text, take_turn
 from ._result import RunResult, TerminationReason
-from ._run import RunState
+from ._run import CLEANUP_GRACE, RunState
 from .messages import Message, ToolCallPart, ToolResultPart
 from .providers._types import ModelResponse, StopReason
 
@@ -82,7 +82,7 @@ async def run_tools(run: RunState, calls: Sequence[ToolCallPart]) -> None:
     try:
         await run_batch(run, calls, results)
     except BaseException:
-        with anyio.CancelScope(shield=True):
+        with anyio.move_on_after(CLEANUP_GRACE, shield=True):
             await run.append(Message.tool_results(results_or_cancelled(results, calls)))
         raise
     await run.append(Message.tool_results(results))  # type: ignore[arg-type]

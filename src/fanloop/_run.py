@@ -10,13 +10,17 @@ from ._dispatch import Emitter
 from ._result import RunResult, TerminationReason
 from .catalog import cost_of
 from .events import BudgetWarning, ContextUsage, MessageAppended, ResponseCompleted, UsageUpdated
-from .limits import Budget, StallDetector
+from .limits import Budget, Reservation, StallDetector, clean_usage
 from .messages import Message, Origin, Part, TextPart, _build
 from .providers._types import ModelRequest, ModelResponse, Usage
 
 if TYPE_CHECKING:
     from ._agent import Agent
     from .sessions import Session
+
+CLEANUP_GRACE = 5.0
+"""Seconds that work shielded from a run's cancellation (persisting the last results, the
+final event) may take: past it the run ends anyway, so nothing can make it uncancellable."""
 
 __all__ = ["RunState"]
 
@@ -127,10 +131,13 @@ class RunState:
 
     # -- accounting ------------------------------------------------------------------------
 
-    async def account(self, response: ModelResponse, reserved: int) -> None:
-        """Charge a response to this run and its budget, and announce usage and context."""
-        usage = response.usage
+    async def account(self, response: ModelResponse, reserved: Reservation | None) -> None:
+        """Settle the call's reservation, charge its usage to this run, its ancestors and the
+        budget, and announce usage and context (the server's counts are cleaned first)."""
+        usage = clean_usage(response.usage)
         self.budget.settle(reserved, usage, self.agent.model)
+        if usage is not response.usage:
+            response = response.model_copy(update={"usage": usage})
         self.usage = self.usage + usage
         parent = self.parent
         while parent is not None:  # a sub-agent's usage rolls up into every ancestor's
