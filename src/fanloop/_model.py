@@ -31,8 +31,9 @@ from .providers._types import ModelRequest, ModelResponse, StopReason
 
 if TYPE_CHECKING:
     from ._run import RunState
+    from .limits import Reservation
 
-__all__ = ["Ending", "Invoker", "make_invoker", "take_turn"]
+__all__ = ["Ending", "Invoker", "make_invoker", "reserve_call", "take_turn"]
 
 
 class Ending:
@@ -268,19 +269,20 @@ async def take_turn(run: RunState) -> ModelResponse | Ending:
     truncations = 0
     compacted = False
     while True:
-        reserved = budget.output_allowance(run.max_tokens, agent.model)
-        if reserved <= 0:
-            budget.settle(reserved, None, agent.model)
-            reason, detail = budget.exhausted() or (
-                TerminationReason.TOKEN_BUDGET,
-                "no output tokens left in the shared budget",
-            )
-            return Ending(reason, detail=detail)
-        request = run.request(pending, reserved, join_origins(origins))
+        origin = join_origins(origins)
+        request = run.request(pending, run.max_tokens, origin)
+        held: Reservation | None = None
+        if budget.metering:  # no token or cost limit: nothing to reserve, nothing to estimate
+            granted = await reserve_call(run, request)
+            if isinstance(granted, Ending):
+                return granted
+            held = granted
+            if granted.output_tokens < request.max_tokens:
+                request = run.request(pending, granted.output_tokens, origin)
         try:
             response = await call_model(run, request)
         except ContextWindowExceeded as exc:
-            budget.settle(reserved, None, agent.model)
+            budget.settle(held, None, agent.model)
             if not compacted and not pending:
                 from ._context import compact
 
@@ -289,9 +291,9 @@ async def take_turn(run: RunState) -> ModelResponse | Ending:
                     continue
             return Ending(TerminationReason.CONTEXT_EXHAUSTED, detail=str(exc))
         except BaseException:
-            budget.settle(reserved, None, agent.model)
+            budget.settle(held, None, agent.model)
             raise
-        await run.account(response, reserved)
+        await run.account(response, held)
         stop = response.stop_reason
 
         if stop is StopReason.PAUSED:
@@ -301,7 +303,7 @@ async def take_turn(run: RunState) -> ModelResponse | Ending:
 
         if stop is StopReason.MAX_TOKENS and (response.tool_calls or not response.content):
             # A truncated tool call is never executed: discard the turn, retry with more room.
-            if reserved < run.max_tokens:
+            if request.max_tokens < run.max_tokens:
                 return Ending(
                     TerminationReason.TOKEN_BUDGET,
                     detail="the output budget left was too small to finish the turn",
@@ -331,6 +333,23 @@ async def take_turn(run: RunState) -> ModelResponse | Ending:
             content = (*pending, *response.content)
             response = response.model_copy(update={"content": content, "origin": origin})
         return response
+
+
+async def reserve_call(run: RunState, request: ModelRequest) -> Reservation | Ending:
+    """Reserve the shared budget for ``request`` before it is sent (DESIGN §6).
+
+    The reservation holds the request's estimated input tokens, its ``max_tokens`` clamped to
+    what is left (the reservation's ``output_tokens``; send no more) and their price. While
+    calls in flight elsewhere in the run tree hold what this one needs, it waits for them to
+    settle; a call that cannot fit even then is not sent: the :class:`Ending` says which
+    budget it would break. Settle the reservation with ``budget.settle`` or ``run.account``.
+    """
+    budget = run.budget
+    estimate = budget.estimate(request, run.context_tokens, run.context_base)
+    granted = await budget.reserve(estimate, request.max_tokens, run.agent.model)
+    if isinstance(granted, tuple):
+        return Ending(granted[0], detail=granted[1])
+    return granted
 
 
 def join_origins(origins: list[Origin | None]) -> Origin | None:

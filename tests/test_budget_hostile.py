@@ -1,0 +1,402 @@
+"""Budgets that hold across parallel sub-agents (DESIGN §6, §7).
+
+Every model call reserves its estimated input, its output allowance and their price before it
+is sent, and settles with the real usage after it. The scripted usage here is at most what the
+estimate allows (so no overshoot at all is tolerated); a real model that exceeds its estimate
+may overshoot by that error only.
+
+One ScriptedProvider serves the parent and its sub-agents; it answers by the system prompt.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from fanloop import Agent, Hooks, Limits, TerminationReason, Tool, ToolResult
+from fanloop.catalog import cost_of
+from fanloop.limits import Budget, estimate_input, text_tokens
+from fanloop.messages import Message, ToolCallPart, ToolResultPart
+from fanloop.providers import ModelRequest, StopReason, Usage
+from fanloop.testing import ScriptedProvider, call, reply
+from fanloop.tools.base import current_context
+
+LEAD = "You are the lead agent."
+PRICED = "claude-sonnet-4-5"  # $3 / $15 per million tokens in fanloop.catalog
+PARENT_USAGE = Usage(input_tokens=50, output_tokens=20)
+CHILD_USAGE = Usage(input_tokens=60, output_tokens=20)
+
+
+class Probe(Tool):
+    """A read-only tool for the sub-agents."""
+
+    name = "probe"
+    description = "Look something up."
+    parameters = {"type": "object", "properties": {}}
+    concurrent_safe = True
+
+    async def run(self) -> ToolResult:
+        return ToolResult("found it")
+
+
+class Peek(Tool):
+    """Hands the test the run tree's budget (to read its reservation counters)."""
+
+    name = "peek"
+    description = "Nothing."
+    parameters = {"type": "object", "properties": {}}
+    concurrent_safe = True
+
+    def __init__(self) -> None:
+        self.budget: Budget | None = None
+
+    async def run(self) -> ToolResult:
+        self.budget = current_context()._run.budget
+        return ToolResult("ok")
+
+
+def capped(usage: Usage, request: ModelRequest) -> tuple[Usage, bool]:
+    """``usage`` with its output cut to the request's max_tokens, as a real model does."""
+    out = min(usage.output_tokens, request.max_tokens)
+    return usage.model_copy(update={"output_tokens": out}), out < usage.output_tokens
+
+
+def results_of(messages: tuple[Message, ...]) -> list[ToolResultPart]:
+    return [p for m in messages for p in m.content if isinstance(p, ToolResultPart)]
+
+
+def counters(budget: Budget) -> tuple[int, int, int, float]:
+    return budget.outstanding, budget.reserved_input, budget.reserved_output, budget.reserved_cost
+
+
+# -- ten parallel delegations -----------------------------------------------------------------
+
+
+def fan_out(n: int) -> tuple[ScriptedProvider, dict[str, int]]:
+    """The lead delegates ``n`` tasks at once; each sub-agent calls ``probe``, then answers."""
+    stats = {"in_flight": 0, "max_in_flight": 0, "child_calls": 0}
+
+    async def respond(request: ModelRequest) -> Any:
+        if request.system == LEAD:
+            if len(request.messages) == 1:
+                tasks = [call("delegate", _id=f"d{i}", task=f"task {i}") for i in range(n)]
+                return reply(tool_calls=tasks, usage=PARENT_USAGE)
+            usage, _ = capped(PARENT_USAGE, request)
+            return reply("summary", usage=usage)
+        stats["child_calls"] += 1
+        stats["in_flight"] += 1
+        stats["max_in_flight"] = max(stats["max_in_flight"], stats["in_flight"])
+        for _ in range(5):  # let the siblings reach their own calls meanwhile
+            await anyio.lowlevel.checkpoint()
+        stats["in_flight"] -= 1
+        usage, cut = capped(CHILD_USAGE, request)
+        stop = StopReason.MAX_TOKENS if cut else None
+        if len(request.messages) == 1:
+            return reply(tool_calls=[call("probe")], usage=usage, stop_reason=stop)
+        return reply("report", usage=usage, stop_reason=stop)
+
+    return ScriptedProvider(respond, model=PRICED), stats
+
+
+def spent(kind: str, result: Any) -> float:
+    if kind == "input":
+        return float(result.usage.total_input_tokens)
+    if kind == "total":
+        return float(result.usage.total_tokens)
+    cost = cost_of(PRICED, result.usage)
+    assert cost is not None
+    return cost
+
+
+@pytest.mark.parametrize(
+    ("kind", "limits", "reason"),
+    [
+        ("input", Limits(max_input_tokens=600), TerminationReason.TOKEN_BUDGET),
+        ("total", Limits(max_total_tokens=900), TerminationReason.TOKEN_BUDGET),
+        ("cost", Limits(max_cost_usd=0.004), TerminationReason.COST_BUDGET),
+    ],
+)
+async def test_ten_parallel_delegations_do_not_overshoot_the_shared_budget(
+    kind: str, limits: Limits, reason: TerminationReason
+) -> None:
+    provider, stats = fan_out(10)
+    agent = Agent(
+        provider,
+        system=LEAD,
+        delegation=True,
+        delegate_tools=[Probe()],
+        max_tokens=100,
+        limits=limits,
+    )
+    with anyio.fail_after(10):
+        result = await agent.run("go")
+    limit = {"input": limits.max_input_tokens, "total": limits.max_total_tokens}.get(
+        kind, limits.max_cost_usd
+    )
+    assert limit is not None
+    # before: 10 sub-agents passed the check together and spent ~2.2x (input) the limit
+    assert spent(kind, result) <= limit
+    assert stats["max_in_flight"] >= 2  # the sub-agents still ran side by side
+    results = [r.content for r in results_of(result.messages) if r.call_id.startswith("d")]
+    assert len(results) == 10  # the parent saw every delegation's result
+    assert any("report" in r and "stopped early" not in r for r in results)  # some finished
+    assert any(f"stopped early ({reason}" in r for r in results)  # the rest hit the budget
+    assert result.termination_reason in (reason, TerminationReason.COMPLETED)
+
+
+# -- waiting for siblings, and not starving the ones that fit ---------------------------------
+
+BIG = "You read long reports. " + "Background. " * 250  # about 1000 estimated tokens
+SMALL = "You answer briefly."
+
+
+async def test_a_sibling_that_fits_runs_while_another_holds_a_big_reservation() -> None:
+    """Two big calls cannot both fit, a big and a small one can: the small one runs while a
+    big one is in flight, the second big one waits for the first to settle."""
+    small_done = anyio.Event()
+    big = {"in_flight": 0, "max": 0, "seen": 0}
+    order: list[str] = []
+
+    async def respond(request: ModelRequest) -> Any:
+        if request.system == LEAD:
+            if len(request.messages) == 1:
+                calls = [
+                    call("big", _id="b1", task="one"),
+                    call("small", _id="s1", task="two"),
+                    call("big", _id="b2", task="three"),
+                ]
+                return reply(tool_calls=calls, usage=Usage(input_tokens=10, output_tokens=20))
+            return reply("done", usage=Usage(input_tokens=10, output_tokens=5))
+        if request.system == SMALL:
+            order.append("small")
+            small_done.set()
+            return reply("small report", usage=Usage(input_tokens=20, output_tokens=5))
+        big["seen"] += 1
+        big["in_flight"] += 1
+        big["max"] = max(big["max"], big["in_flight"])
+        order.append("big")
+        if big["seen"] == 1:
+            await small_done.wait()  # the small sibling must get through meanwhile
+        big["in_flight"] -= 1
+        return reply("big report", usage=Usage(input_tokens=300, output_tokens=20))
+
+    provider = ScriptedProvider(respond)
+    tools = [
+        Agent(provider, system=BIG, name="big").as_tool("big"),
+        Agent(provider, system=SMALL, name="small").as_tool("small"),
+    ]
+    big_call = estimate_input(provider_request(BIG)).tokens
+    limits = Limits(max_input_tokens=10 + big_call + 200 + big_call // 2)
+    agent = Agent(provider, system=LEAD, tools=tools, max_tokens=50, limits=limits)
+    with anyio.fail_after(10):
+        result = await agent.run("go")
+    assert result.termination_reason is TerminationReason.COMPLETED
+    assert big["max"] == 1  # the second big call waited for the first to settle
+    assert order.index("small") < order.index("big", order.index("big") + 1)
+    assert result.usage.total_input_tokens <= limits.max_input_tokens  # type: ignore[operator]
+    assert [r.content for r in results_of(result.messages)] == [
+        "big report",
+        "small report",
+        "big report",
+    ]
+
+
+def provider_request(system: str) -> ModelRequest:
+    """The first request a sub-agent with ``system`` sends (no tools, a short task)."""
+    return ModelRequest(system=system, messages=(Message.user("one"),))
+
+
+async def test_cancelled_while_waiting_for_the_budget_holds_nothing() -> None:
+    """A sub-agent waiting for a sibling's reservation is cancelled (its tool timed out): it
+    leaves nothing reserved, and the rest of the run spends the budget normally."""
+    waiter_gave_up = anyio.Event()
+    peek = Peek()
+
+    async def respond(request: ModelRequest) -> Any:
+        if request.system == LEAD:
+            if len(request.messages) == 1:
+                calls = [
+                    call("peek", _id="p"),
+                    call("hold", _id="h", task="a"),
+                    call("wait", _id="w", task="b"),
+                ]
+                return reply(tool_calls=calls, usage=Usage(input_tokens=10, output_tokens=20))
+            return reply("done", usage=Usage(input_tokens=10, output_tokens=5))
+        await waiter_gave_up.wait()  # only the first big call gets here: the other waits
+        return reply("held", usage=Usage(input_tokens=300, output_tokens=20))
+
+    def on_tool_result(name: str, text: str, is_error: bool) -> None:
+        if name == "wait":
+            waiter_gave_up.set()
+
+    provider = ScriptedProvider(respond)
+    hold = Agent(provider, system=BIG, name="hold").as_tool("hold")
+    wait = Agent(provider, system=BIG, name="wait").as_tool("wait")
+    wait.timeout = 0.5
+    big_call = estimate_input(provider_request(BIG)).tokens
+    agent = Agent(
+        provider,
+        system=LEAD,
+        tools=[peek, hold, wait],
+        max_tokens=50,
+        hooks=Hooks(on_tool_result=on_tool_result),
+        limits=Limits(max_input_tokens=10 + big_call + big_call // 2),
+    )
+    with anyio.fail_after(10):
+        result = await agent.run("go")
+    assert result.termination_reason is TerminationReason.COMPLETED
+    by_id = {r.call_id: r for r in results_of(result.messages)}
+    assert by_id["w"].is_error and "timed out" in by_id["w"].content
+    assert by_id["h"].content == "held"
+    assert sum(1 for r in provider.requests if r.system == BIG) == 1  # the waiter never sent
+    assert peek.budget is not None
+    assert counters(peek.budget) == (0, 0, 0, 0.0)
+
+
+async def test_cancelling_the_run_while_calls_hold_and_wait_leaves_nothing_reserved() -> None:
+    peek = Peek()
+    holding = anyio.Event()
+
+    async def respond(request: ModelRequest) -> Any:
+        if request.system == LEAD:
+            calls = [
+                call("peek", _id="p"),
+                call("hold", _id="h", task="a"),
+                call("wait", _id="w", task="b"),
+            ]
+            return reply(tool_calls=calls, usage=Usage(input_tokens=10, output_tokens=20))
+        holding.set()
+        await anyio.sleep_forever()
+        return None
+
+    provider = ScriptedProvider(respond, model=PRICED)
+    hold = Agent(provider, system=BIG, name="hold").as_tool("hold")
+    wait = Agent(provider, system=BIG, name="wait").as_tool("wait")
+    big_call = estimate_input(provider_request(BIG)).tokens
+    agent = Agent(
+        provider,
+        system=LEAD,
+        tools=[peek, hold, wait],
+        max_tokens=50,
+        limits=Limits(max_input_tokens=10 + big_call + big_call // 2, max_cost_usd=5.0),
+    )
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(agent.run, "go")
+            await holding.wait()
+            assert peek.budget is not None
+            while peek.budget._settled is None:  # the waiter is parked on the budget
+                await anyio.lowlevel.checkpoint()
+            assert peek.budget.outstanding == 1
+            tg.cancel_scope.cancel()
+    assert peek.budget is not None
+    assert counters(peek.budget) == (0, 0, 0, 0.0)
+    assert sum(1 for r in provider.requests if r.system == BIG) == 1
+
+
+# -- calls that can never fit are not sent ----------------------------------------------------
+
+
+class Dump(Tool):
+    """Returns a huge result, as a hostile page or file would."""
+
+    name = "dump"
+    description = "Read a big file."
+    parameters = {"type": "object", "properties": {}}
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    async def run(self) -> ToolResult:
+        return ToolResult(self.text)
+
+
+@pytest.mark.parametrize(
+    ("limits", "reason"),
+    [
+        (Limits(max_input_tokens=20_000), TerminationReason.TOKEN_BUDGET),
+        (Limits(max_total_tokens=20_000), TerminationReason.TOKEN_BUDGET),
+        (Limits(max_cost_usd=0.10), TerminationReason.COST_BUDGET),
+    ],
+)
+@pytest.mark.parametrize("text", ["x" * 90_000, "漢" * 90_000], ids=["ascii", "cjk"])
+async def test_a_call_that_cannot_fit_is_never_sent(
+    limits: Limits, reason: TerminationReason, text: str
+) -> None:
+    provider = ScriptedProvider(
+        [reply(tool_calls=[call("dump")], usage=Usage(input_tokens=50, output_tokens=10))],
+        model=PRICED,
+    )
+    agent = Agent(provider, tools=[Dump(text)], limits=limits)
+    result = await agent.run("read it")
+    assert result.termination_reason is reason
+    assert len(provider.requests) == 1  # the request carrying the dump never went out
+    assert "next model call" in (result.detail or "")
+
+
+# -- hostile usage numbers --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"input_tokens": -1_000_000, "output_tokens": -5},
+        {"input_tokens": 10**400},
+        {"input_tokens": 1.5e308, "output_tokens": float("inf")},
+        {"input_tokens": "100", "output_tokens": None},
+    ],
+    ids=["negative", "huge", "float", "not-a-number"],
+)
+async def test_server_usage_cannot_refund_or_break_the_budget(bad: dict[str, Any]) -> None:
+    fields: dict[str, Any] = {"input_tokens": 0, "output_tokens": 0, "cache_read_tokens": 0}
+    fields.update(bad)
+    usage = Usage.model_construct(cache_write_tokens=0, **fields)
+    provider = ScriptedProvider(
+        [
+            reply(tool_calls=[call("probe")], usage=usage),
+            reply("done", usage=Usage(input_tokens=100, output_tokens=10)),
+        ],
+        model=PRICED,
+    )
+    agent = Agent(provider, tools=[Probe()], limits=Limits(max_input_tokens=10_000))
+    result = await agent.run("go")
+    u = result.usage
+    counts = (u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens)
+    assert all(type(v) is int and v >= 0 for v in counts)
+    if u.input_tokens > 10_000:  # a huge claim is charged, and ends the run
+        assert result.termination_reason is TerminationReason.TOKEN_BUDGET
+    else:
+        assert result.termination_reason is TerminationReason.COMPLETED
+        assert u.input_tokens >= 100  # nothing was refunded
+
+
+# -- the estimate -----------------------------------------------------------------------------
+
+
+def test_the_estimate_errs_high_for_any_script() -> None:
+    # real tokenizers: ~4 chars/token for English, ~1 token per CJK character, 2-3 per emoji
+    assert text_tokens("word " * 300) >= 1500 / 3.5
+    assert text_tokens("漢字" * 500) >= 1000
+    assert text_tokens("😀" * 100) >= 180
+    assert text_tokens("\ud800" * 10) >= 10  # a lone surrogate does not break it
+    big = Message.assistant(
+        ToolCallPart(id="c", name="write", arguments={"text": "é" * 3000, "n": [1] * 1000})
+    )
+    estimate = estimate_input(ModelRequest(messages=(big,)))
+    assert estimate.tokens >= 3000
+    assert estimate.tokens == estimate_input(ModelRequest(messages=(big,))).tokens
+
+
+async def test_no_limit_no_estimate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a token or cost limit the loop's hot path neither estimates nor reserves."""
+
+    def boom(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("estimated without a limit")
+
+    monkeypatch.setattr("fanloop.limits.estimate_input", boom)
+    for limits in (Limits(), Limits(max_tool_calls=5, timeout=30), Limits(max_output_tokens=999)):
+        provider = ScriptedProvider([reply(tool_calls=[call("probe")]), "done"])
+        result = await Agent(provider, tools=[Probe()], limits=limits).run("go")
+        assert result.termination_reason is TerminationReason.COMPLETED
