@@ -87,11 +87,24 @@ async def compact(run: RunState) -> bool:
     request = run.request([], min(run.agent.max_tokens, 4096)).model_copy(
         update={"messages": (*older[:-1], ask)}
     )
-    reserved = run.budget.output_allowance(request.max_tokens, run.agent.model)
+    budget = run.budget
+    reserved = None
+    if budget.metering:  # the summary call spends from the shared budget like any other
+        granted = await budget.reserve(
+            budget.estimate(request, 0, 0), request.max_tokens, run.agent.model
+        )
+        if isinstance(granted, tuple):
+            return False  # no room for a summary: the round-entry guards end the run
+        reserved = granted
+        if granted.output_tokens < 1:
+            budget.settle(granted, None, run.agent.model)
+            return False
+        if granted.output_tokens < request.max_tokens:
+            request = request.model_copy(update={"max_tokens": granted.output_tokens})
     try:
         response = await call_model(run, request)
     except BaseException:
-        run.budget.settle(reserved, None, run.agent.model)
+        budget.settle(reserved, None, run.agent.model)
         raise
     await run.account(response, reserved)
     summary = response.text.strip() or "(the model wrote no summary)"
