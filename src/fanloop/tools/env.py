@@ -1,54 +1,27 @@
 """The ``env`` tool: read environment variables, with sensitive values masked.
 
-A value is masked when its variable's name looks sensitive (it contains KEY, TOKEN, SECRET,
-PASSWORD, PASSWD, PASSPHRASE, CREDENTIAL, PRIVATE, AUTH (not AUTHOR), COOKIE, SESSION,
-SIGNATURE, DSN, SALT, a PASS/PWD/PIN word, DATABASE_URL...) or when the value itself looks
-like a credential (a PEM private key, a well-known token prefix such as ``sk-``, ``ghp_``,
-``xoxb-`` or ``AKIA``). Passwords embedded in URLs (``scheme://user:password@host``) are masked
-in every value. Masking errs on the side of hiding: the model learns that the variable is set
-and how long it is, not what it holds.
+The rules live in :mod:`fanloop.tools._secrets`, shared with the ``bash`` and git tools. A
+value is masked whole when its variable's name looks sensitive (KEY, TOKEN, SECRET, PASSWORD,
+CREDENTIAL, AUTH, COOKIE, SESSION, PRIVATE, DSN, DATABASE_URL...; not ``PWD``, the working
+directory) or when the value is itself a credential (a known token prefix such as ``sk-``,
+``ghp_``, ``xoxb-`` or ``AKIA``, a private key, a long random-looking token); then the model
+learns that the variable is set and how long it is, not what it holds. Otherwise every secret
+found inside the value (a vendor token, a JSON Web Token, a bearer credential, a URL password,
+a key-like field of JSON or ``key=value`` text) is replaced by ``******``.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from typing import Any
 
+from ._blocking import Stop, run_blocking
+from ._secrets import is_sensitive_name, mask_value
 from ._workspace import arg_str_list, truncate
 from .base import Tool, ToolResult
 
 __all__ = ["EnvTool", "is_sensitive_name", "mask_value"]
-
-_SENSITIVE = re.compile(
-    r"KEY|TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|PRIVATE|AUTH(?!OR)|COOKIE|SESSION|SIGNATURE"
-    r"|DSN|SALT|(?:^|_)(?:PASS|PWD|PW|PIN|CONN(?:ECTION)?_?STRING|DATABASE_URL)(?:_|$)",
-    re.IGNORECASE,
-)
-_NOT_SENSITIVE = frozenset({"PWD", "OLDPWD", "XAUTHORITY"})
-_SECRET_VALUE = re.compile(
-    r"-----BEGIN [A-Z ]*PRIVATE KEY-----|^(?:sk-|sk_live_|rk_live_|ghp_|gho_|ghs_|ghu_|"
-    r"github_pat_|glpat-|xox[abposr]-|AKIA|ASIA|AIza|ya29\.|eyJ[A-Za-z0-9_-]{10,}\.)"
-)
-_URL_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*):(?P<pw>[^@\s/]+)@")
-
-
-def is_sensitive_name(name: str) -> bool:
-    """Whether a variable called ``name`` should have its value masked.
-
-    Example:
-        >>> is_sensitive_name("OPENAI_API_KEY"), is_sensitive_name("HOME")
-        (True, False)
-    """
-    return name.upper() not in _NOT_SENSITIVE and _SENSITIVE.search(name) is not None
-
-
-def mask_value(name: str, value: str) -> str:
-    """``value`` as the model may see it: masked entirely, or with URL passwords masked."""
-    if is_sensitive_name(name) or _SECRET_VALUE.search(value.strip()):
-        return f"****** (masked, {len(value)} characters)" if value else "(empty)"
-    return _URL_PASSWORD.sub(r"\g<scheme>:******@", value)
 
 
 class EnvTool(Tool):
@@ -96,11 +69,17 @@ class EnvTool(Tool):
 
     async def run(self, **kwargs: Any) -> ToolResult:
         """Read the variables; see the class docstring."""
-        environ = os.environ if self.environ is None else self.environ
+        environ = dict(os.environ if self.environ is None else self.environ)
         names = arg_str_list(kwargs, "names")
         prefix = kwargs.get("prefix") or ""
         if not isinstance(prefix, str):
             prefix = str(prefix)
+        # Masking scans every value shown: done in a worker thread, off the event loop.
+        return await run_blocking(self._read, environ, names, prefix)
+
+    def _read(
+        self, stop: Stop, environ: dict[str, str], names: list[str] | None, prefix: str
+    ) -> ToolResult:
         if names is None:
             names = sorted(n for n in environ if n.startswith(prefix))
             if not names:
@@ -108,6 +87,7 @@ class EnvTool(Tool):
                 return ToolResult(f"No environment variables{what}.")
         lines = []
         for name in names:
+            stop.check()
             if name not in environ:
                 lines.append(f"{name} is not set")
                 continue

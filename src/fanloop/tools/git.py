@@ -3,15 +3,47 @@
 Each runs the ``git`` program in the workspace root, non-interactively (no pager, no prompt,
 no colour), with a timeout, and returns its bounded output. ``git_commit`` is dangerous: it
 stages exactly the files it is given and commits only those, whatever else is staged.
+
+The repository is untrusted: the model may have written its ``.git/config``, its hooks and its
+``.gitattributes``. So git runs nothing the repository asks for:
+
+- settings that name a program are overridden on every call (``core.fsmonitor``,
+  ``core.hooksPath`` so no hook runs, pagers, editors, ``gpg.*``, ``credential.helper``,
+  ``core.askPass``, ``core.sshCommand``, ``diff.external``; ``protocol.allow=never`` so nothing
+  is fetched), and diffs run with ``--no-ext-diff --no-textconv``;
+- filter, diff and merge drivers (``filter.<name>.clean/smudge/process``, which git runs on
+  status, diff and add) are read from the effective configuration first (``git config --list``
+  runs nothing); each one the repository's own configuration (or a file it includes) defines
+  is overridden: back to the host's value (so a Git LFS filter installed in the global config
+  keeps working) or to nothing;
+- the overrides travel as ``GIT_CONFIG_COUNT`` variables, which outrank every config file and
+  reach every git process git starts; the environment is the host's without its secrets and
+  without any ``GIT_*`` variable that redirects git (``GIT_DIR``, ``GIT_CONFIG_PARAMETERS``...);
+- submodules are ignored (git would run in them with their own configuration).
+
+And git stays in the workspace. The repository is located once per call and then pinned
+(``--git-dir``, ``--work-tree``). When the workspace has its own ``.git`` (a directory, a link
+or a ``gitdir:`` file), the repository it names must lie inside the workspace (pass
+``allow_external_git_dir=True`` for a linked worktree or a submodule checkout). When the
+workspace is a subdirectory of a bigger repository, every tool is limited to the workspace:
+status, diff and log show only its files (with paths relative to it), and a commit holds only
+the files given, all inside it. Paths are resolved through the workspace and reach git as
+literal pathspecs after ``--`` (no ``:(top)``, ``:/`` or glob magic, never an option).
 """
 
 from __future__ import annotations
 
 import os
+import posixpath
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import ToolError
+from ._blocking import Stop, run_blocking
+from ._secrets import scrub_environ
 from ._workspace import StrPath, Workspace, arg_bool, arg_int, arg_str, arg_str_list, truncate
 from .base import Tool, ToolResult
 from .shell import run_command
@@ -20,38 +52,197 @@ __all__ = ["GitCommitTool", "GitDiffTool", "GitLogTool", "GitStatusTool"]
 
 _GIT_ENV = {
     "GIT_TERMINAL_PROMPT": "0",
+    "GIT_ASKPASS": "",
     "GIT_PAGER": "cat",
     "PAGER": "cat",
+    "GIT_EDITOR": ":",
+    "GIT_SEQUENCE_EDITOR": ":",
     "GIT_OPTIONAL_LOCKS": "0",
+    "GIT_LITERAL_PATHSPECS": "1",
     "LC_ALL": "C",
 }
+# The host's GIT_* variables that are kept: identity and where the host's own config lives.
+_KEEP_GIT_ENV = frozenset(
+    {
+        "GIT_AUTHOR_NAME",
+        "GIT_AUTHOR_EMAIL",
+        "GIT_AUTHOR_DATE",
+        "GIT_COMMITTER_NAME",
+        "GIT_COMMITTER_EMAIL",
+        "GIT_COMMITTER_DATE",
+        "GIT_CONFIG_GLOBAL",
+        "GIT_CONFIG_SYSTEM",
+        "GIT_CONFIG_NOSYSTEM",
+        "GIT_CEILING_DIRECTORIES",
+    }
+)
+_DROP_ENV = frozenset({"SSH_ASKPASS", "EDITOR", "VISUAL"})
+# Settings that would make git run a program, reach out, or write more than asked.
+_FIXED_CONFIG: tuple[tuple[str, str], ...] = (
+    ("core.fsmonitor", "false"),
+    ("core.hooksPath", "/dev/null"),
+    ("core.untrackedCache", "false"),
+    ("core.pager", "cat"),
+    ("core.editor", ":"),
+    ("sequence.editor", ":"),
+    ("core.askPass", ""),
+    ("core.sshCommand", "false"),
+    ("credential.helper", ""),
+    ("diff.external", ""),
+    ("gpg.program", "false"),
+    ("gpg.openpgp.program", "false"),
+    ("gpg.x509.program", "false"),
+    ("gpg.ssh.program", "false"),
+    ("gpg.ssh.defaultKeyCommand", ""),
+    ("commit.gpgSign", "false"),
+    ("tag.gpgSign", "false"),
+    ("log.showSignature", "false"),
+    ("protocol.allow", "never"),
+    ("submodule.recurse", "false"),
+    ("diff.ignoreSubmodules", "all"),
+    ("status.submoduleSummary", "false"),
+    ("gc.auto", "0"),
+    ("maintenance.auto", "false"),
+    ("safe.bareRepository", "explicit"),
+    ("color.ui", "false"),
+    ("core.quotepath", "off"),
+    ("diff.noprefix", "false"),
+    ("diff.mnemonicPrefix", "false"),
+)
+# <section>.<name>.<variable> settings that name a program (a driver's command).
+_DRIVER_KEYS = frozenset(
+    {
+        ("filter", "clean"),
+        ("filter", "smudge"),
+        ("filter", "process"),
+        ("filter", "required"),
+        ("diff", "textconv"),
+        ("diff", "command"),
+        ("merge", "driver"),
+    }
+)
+_TRUSTED_SCOPES = frozenset({"system", "global"})  # the host's files, not the repository's
+_MAX_OVERRIDES = 1000
+_MAX_REFS = 20_000
+# The parts of a git directory that must not be links out of the workspace.
+_GIT_DIR_PARTS = (
+    "HEAD",
+    "ORIG_HEAD",
+    "FETCH_HEAD",
+    "MERGE_HEAD",
+    "config",
+    "config.worktree",
+    "commondir",
+    "index",
+    "sharedindex",
+    "packed-refs",
+    "shallow",
+    "objects",
+    "objects/info",
+    "objects/info/alternates",
+    "objects/pack",
+    "refs",
+    "info",
+    "info/attributes",
+    "info/exclude",
+    "info/grafts",
+    "logs",
+    "hooks",
+)
+_MAX_CONFIG_BYTES = 4 * 1024 * 1024
+_MAX_FILES = 1000
+_MAX_MESSAGE_BYTES = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class _Repo:
+    """A located, checked repository: where it is and how to run git in it."""
+
+    root: Path
+    git_dir: Path
+    work_tree: Path
+    prefix: str  # the workspace root relative to the work tree, "" or ending with "/"
+    env: dict[str, str]
 
 
 class _GitTool(Tool):
     def __init__(
-        self, *, root: StrPath | None = None, timeout: float = 30.0, max_chars: int = 30_000
+        self,
+        *,
+        root: StrPath | None = None,
+        timeout: float = 30.0,
+        max_chars: int = 30_000,
+        allow_external_git_dir: bool = False,
     ) -> None:
         self.workspace = Workspace(root)
         self.git_timeout = timeout
         self.max_chars = max_chars
+        self.allow_external_git_dir = allow_external_git_dir
 
-    async def _git(self, *args: str, root: Path | None = None) -> str:
-        """Run ``git ARGS`` in the root; its stdout (stderr merged), or a ToolError."""
-        root = self.workspace.root if root is None else root
-        argv = ["git", "--no-pager", "-c", "color.ui=false", "-c", "core.quotepath=off", *args]
-        outcome = await run_command(
-            argv,
+    async def _open(self, op: str) -> tuple[_Repo, float]:
+        """Locate and check the repository; returns it and the deadline for this call."""
+        deadline = time.monotonic() + self.git_timeout
+        root = self.workspace.root
+        base = await run_blocking(_base_environ)  # scanning for secrets: off the event loop
+        env = _environ(base, _FIXED_CONFIG)
+        out = await self._run(
+            op, deadline, root, env, "rev-parse", "--absolute-git-dir", "--git-common-dir",
+            "--show-toplevel",
+        )  # fmt: skip
+        lines = out.splitlines()
+        if len(lines) != 3:
+            raise ToolError(f"git {op} failed: unexpected output of git rev-parse: {out!r}")
+        git_dir, work_tree = await run_blocking(
+            _check_layout, root, *lines, self.allow_external_git_dir
+        )
+        pinned = [f"--git-dir={git_dir}", f"--work-tree={work_tree}"]
+        listing = await run_command(
+            ["git", *pinned, "config", "--list", "--show-scope", "-z"],
             cwd=root,
-            timeout=self.git_timeout,
+            timeout=_remaining(deadline, op),
+            max_output=_MAX_CONFIG_BYTES,
+            kill_grace=1.0,
+            env=env,
+            merge_stderr=False,
+            decode_errors="surrogateescape",  # driver names are bytes: override them exactly
+        )
+        if listing.timed_out or listing.exit_code != 0 or listing.truncated:
+            raise ToolError(
+                f"git {op} failed: cannot read the repository's configuration"
+                + (" (it is too large)." if listing.truncated else ".")
+            )
+        overrides = _driver_overrides(listing.output)
+        if len(overrides) > _MAX_OVERRIDES:
+            raise ToolError(
+                f"Refused: the repository's configuration defines {len(overrides)} filter, "
+                "diff or merge driver settings; git tools will not run in it."
+            )
+        prefix = root.relative_to(work_tree).as_posix()
+        prefix = "" if prefix == "." else prefix + "/"
+        env = _environ(base, (*_FIXED_CONFIG, *overrides))
+        return _Repo(root, git_dir, work_tree, prefix, env), deadline
+
+    async def _git(self, repo: _Repo, deadline: float, *args: str) -> str:
+        """Run ``git ARGS`` in the pinned repository; its stdout (stderr merged)."""
+        pinned = (f"--git-dir={repo.git_dir}", f"--work-tree={repo.work_tree}", "--no-pager")
+        return await self._run(args[0], deadline, repo.root, repo.env, *pinned, *args)
+
+    async def _run(
+        self, op: str, deadline: float, cwd: Path, env: dict[str, str], *args: str
+    ) -> str:
+        outcome = await run_command(
+            ["git", *args],
+            cwd=cwd,
+            timeout=_remaining(deadline, op),
             max_output=4 * self.max_chars,
             kill_grace=1.0,
-            env={**os.environ, **_GIT_ENV},
+            env=env,
         )
         if outcome.timed_out:
-            raise ToolError(f"git {args[0]} timed out after {self.git_timeout:g} s.")
+            raise ToolError(f"git {op} timed out after {self.git_timeout:g} s.")
         if outcome.exit_code != 0:
             message = outcome.output.strip() or f"exit code {outcome.exit_code}"
-            raise ToolError(f"git {args[0]} failed: {message}")
+            raise ToolError(f"git {op} failed: {message}")
         return outcome.output
 
     def _bounded(self, text: str, empty: str) -> str:
@@ -61,10 +252,15 @@ class _GitTool(Tool):
 class GitStatusTool(_GitTool):
     """``git_status``: the branch and changed files (``git status --porcelain=v1 --branch``).
 
+    Paths are relative to the workspace root; in a workspace that is a subdirectory of the
+    repository, only its files are listed.
+
     Args:
         root: the repository (default: the current directory at call time).
         timeout: seconds before git is killed.
         max_chars: characters returned at most.
+        allow_external_git_dir: accept a workspace whose ``.git`` names a repository outside
+            it (a linked worktree, a submodule checkout).
     """
 
     name = "git_status"
@@ -77,17 +273,24 @@ class GitStatusTool(_GitTool):
 
     async def run(self, **kwargs: Any) -> ToolResult:
         """Run git status; see the class docstring."""
-        out = await self._git("status", "--porcelain=v1", "--branch")
-        return ToolResult(self._bounded(out, "(no output)"))
+        repo, deadline = await self._open("status")
+        out = await self._git(
+            repo, deadline, "status", "--porcelain=v1", "--branch", "-z",
+            "--ignore-submodules=all", "--", ".",
+        )  # fmt: skip
+        return ToolResult(self._bounded(_render_status(out, repo.prefix), "(no output)"))
 
 
 class GitDiffTool(_GitTool):
     """``git_diff``: unstaged (or, with ``staged``, staged) changes as a unified diff.
 
+    External diff programs and text conversions are never run.
+
     Args:
         root: the repository (default: the current directory at call time).
         timeout: seconds before git is killed.
         max_chars: characters returned at most.
+        allow_external_git_dir: see :class:`GitStatusTool`.
     """
 
     name = "git_diff"
@@ -114,24 +317,27 @@ class GitDiffTool(_GitTool):
 
     async def run(self, **kwargs: Any) -> ToolResult:
         """Run git diff; see the class docstring."""
-        root = self.workspace.root
-        args = ["diff", "--no-ext-diff"]
         staged = arg_bool(kwargs, "staged")
+        paths = _repo_paths(self.workspace, arg_str_list(kwargs, "paths") or [])
+        repo, deadline = await self._open("diff")
+        args = ["diff", "--no-ext-diff", "--no-textconv", "--no-color", "--relative"]
+        args.append("--ignore-submodules=all")
         if staged:
             args.append("--cached")
-        paths = arg_str_list(kwargs, "paths") or []
-        args += ["--", *(_repo_path(self.workspace, p, root) for p in paths)]
-        out = await self._git(*args, root=root)
+        out = await self._git(repo, deadline, *args, "--", *(paths or ["."]))
         return ToolResult(self._bounded(out, f"(no {'staged' if staged else 'unstaged'} changes)"))
 
 
 class GitLogTool(_GitTool):
     """``git_log``: recent commits, one line each (hash, date, author, subject).
 
+    In a workspace that is a subdirectory of the repository, only commits touching it.
+
     Args:
         root: the repository (default: the current directory at call time).
         timeout: seconds before git is killed.
         max_chars: characters returned at most.
+        allow_external_git_dir: see :class:`GitStatusTool`.
     """
 
     name = "git_log"
@@ -156,20 +362,22 @@ class GitLogTool(_GitTool):
 
     async def run(self, **kwargs: Any) -> ToolResult:
         """Run git log; see the class docstring."""
-        root = self.workspace.root
         count = arg_int(kwargs, "max_count", 20, minimum=1, maximum=500)
+        path = kwargs.get("path")
+        paths = [] if path is None else _repo_paths(self.workspace, [arg_str(kwargs, "path")])
+        repo, deadline = await self._open("log")
         args = [
             "log",
             f"--max-count={count}",
             "--date=short",
             "--format=%h %ad %an: %s",
             "--no-decorate",
+            "--no-color",
         ]
-        path = kwargs.get("path")
-        if path is not None:
-            args += ["--", _repo_path(self.workspace, arg_str(kwargs, "path"), root)]
+        if paths or repo.prefix:
+            args += ["--", *(paths or ["."])]
         try:
-            out = await self._git(*args, root=root)
+            out = await self._git(repo, deadline, *args)
         except ToolError as exc:
             if "does not have any commits" in str(exc):
                 return ToolResult("(no commits yet)")
@@ -180,12 +388,14 @@ class GitLogTool(_GitTool):
 class GitCommitTool(_GitTool):
     """``git_commit``: stage the given files and commit them with a message (dangerous).
 
-    Only the given files are committed (``git commit --only``), even if others are staged.
+    Only the given files are committed (``git commit --only``), even if others are staged;
+    each must lie inside the workspace. No hook runs and nothing is signed.
 
     Args:
         root: the repository (default: the current directory at call time).
-        timeout: seconds before git is killed (hooks included).
+        timeout: seconds before git is killed.
         max_chars: characters returned at most.
+        allow_external_git_dir: see :class:`GitStatusTool`.
     """
 
     name = "git_commit"
@@ -219,22 +429,162 @@ class GitCommitTool(_GitTool):
 
     async def run(self, **kwargs: Any) -> ToolResult:
         """Stage and commit; see the class docstring."""
-        root = self.workspace.root
         files = arg_str_list(kwargs, "files")
         if not files:
             raise ToolError("Give at least one file to commit in 'files'.")
+        if len(files) > _MAX_FILES:
+            raise ToolError(f"Too many files ({len(files)}): commit at most {_MAX_FILES} at once.")
         message = arg_str(kwargs, "message")
         if not message.strip():
             raise ToolError("The commit message is empty.")
-        paths = [_repo_path(self.workspace, f, root) for f in files]
-        await self._git("add", "--all", "--", *paths, root=root)
+        if "\x00" in message:
+            raise ToolError("The commit message contains a NUL byte.")
+        if len(message.encode("utf-8", "surrogatepass")) > _MAX_MESSAGE_BYTES:
+            raise ToolError(f"The commit message is too long (at most {_MAX_MESSAGE_BYTES} bytes).")
+        paths = _repo_paths(self.workspace, files)
+        repo, deadline = await self._open("commit")
+        await self._git(repo, deadline, "add", "--all", "--", *paths)
         out = await self._git(
-            "commit", "--only", "--no-edit", "-m", message, "--", *paths, root=root
-        )
-        head = (await self._git("log", "-1", "--format=%H", root=root)).strip()
+            repo, deadline, "commit", "--only", "--no-edit", "--no-verify", "--no-gpg-sign",
+            "-m", message, "--", *paths,
+        )  # fmt: skip
+        head = (await self._git(repo, deadline, "rev-parse", "--verify", "HEAD")).strip()
         return ToolResult(
             self._bounded(out, "(committed)") + f"\ncommit {head}", metadata={"commit": head}
         )
+
+
+def _remaining(deadline: float, op: str) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise ToolError(f"git {op} timed out.")
+    return left
+
+
+def _base_environ(stop: Stop) -> dict[str, str]:
+    """This process's environment without secrets and without variables that redirect git."""
+    return {
+        name: value
+        for name, value in scrub_environ(os.environ).items()
+        if (not name.startswith("GIT_") or name in _KEEP_GIT_ENV) and name not in _DROP_ENV
+    }
+
+
+def _environ(base: dict[str, str], config: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """The environment git runs in: ``base``, non-interactive, ``config`` on top of all files."""
+    env = {**base, **_GIT_ENV}
+    env["GIT_CONFIG_COUNT"] = str(len(config))
+    for i, (key, value) in enumerate(config):
+        env[f"GIT_CONFIG_KEY_{i}"] = key
+        env[f"GIT_CONFIG_VALUE_{i}"] = value
+    return env
+
+
+def _check_layout(
+    stop: Stop, root: Path, git_dir_: str, common_dir_: str, work_tree_: str, allow_external: bool
+) -> tuple[Path, Path]:
+    """The resolved git directory and work tree, if they keep git in the workspace.
+
+    Raises:
+        ToolError: the repository reaches outside the workspace (see the module docstring).
+    """
+    git_dir = Path(git_dir_).resolve()
+    common_dir = (root / common_dir_).resolve()
+    work_tree = Path(work_tree_).resolve()
+    if not root.is_relative_to(work_tree):
+        raise ToolError(
+            f"Refused: the repository's work tree ({work_tree}) does not contain the workspace "
+            f"({root}); git tools only work on the workspace."
+        )
+    if allow_external or not os.path.lexists(root / ".git"):
+        return git_dir, work_tree  # no .git in the workspace: the workspace lies in the repo
+    for what, path in (("git directory", git_dir), ("object store", common_dir)):
+        if not path.is_relative_to(root):
+            raise ToolError(
+                f"Refused: the workspace's .git points to a {what} outside the workspace "
+                f"({path}); git tools only work on a repository inside the workspace."
+            )
+    for directory in {git_dir, common_dir}:
+        _check_git_dir(stop, root, directory)
+    return git_dir, work_tree
+
+
+def _check_git_dir(stop: Stop, root: Path, git_dir: Path) -> None:
+    """Refuse a git directory in the workspace that borrows from outside it.
+
+    Its parts (``HEAD``, refs, the index, the object store...) must not be symbolic links
+    leading out, and no alternate object store may lie outside: else a ref or an index from
+    another repository, with its objects, would show that repository's files.
+    """
+    links = [git_dir / name for name in _GIT_DIR_PARTS]
+    seen = 0
+    for top, dirs, files in os.walk(git_dir / "refs"):
+        for name in (*dirs, *files):
+            links.append(Path(top, name))
+            seen += 1
+        if seen > _MAX_REFS:
+            raise ToolError(f"Refused: the repository has over {_MAX_REFS} refs to check.")
+        stop.check()
+    for path in links:
+        if path.is_symlink() and not path.resolve().is_relative_to(root):
+            raise ToolError(
+                f"Refused: {path} is a symbolic link to {path.resolve()}, outside the workspace."
+            )
+    for name in ("alternates", "http-alternates"):
+        try:
+            text = (git_dir / "objects" / "info" / name).read_text(errors="replace")
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as exc:
+            raise ToolError(f"Refused: cannot read objects/info/{name}: {exc}.") from None
+        for line in text.splitlines():
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            if "://" in line or not (git_dir / "objects" / line).resolve().is_relative_to(root):
+                raise ToolError(
+                    f"Refused: the repository borrows objects from {line!r}, outside the "
+                    "workspace (objects/info/alternates)."
+                )
+
+
+def _driver_overrides(listing: str) -> list[tuple[str, str]]:
+    """Overrides for the driver settings the repository's own configuration defines.
+
+    ``listing`` is ``git config --list --show-scope -z``: ``scope NUL key LF value NUL``.
+    Each such setting last set by the repository (not the host's system or global files) gets
+    the host's value back, or an empty command (``required`` gets ``false``).
+    """
+    last_scope: dict[str, str] = {}
+    trusted: dict[str, str | None] = {}
+    fields = listing.split("\0")
+    for scope, entry in zip(fields[0::2], fields[1::2], strict=False):
+        key, newline, value = entry.partition("\n")
+        section, _, rest = key.partition(".")
+        _, dot, variable = rest.rpartition(".")
+        if not dot or (section.lower(), variable.lower()) not in _DRIVER_KEYS:
+            continue
+        if scope == "command":  # ours, from the environment
+            continue
+        last_scope[key] = scope
+        if scope in _TRUSTED_SCOPES:
+            trusted[key] = value if newline else None
+    overrides = []
+    for key, scope in last_scope.items():
+        if scope in _TRUSTED_SCOPES:
+            continue
+        required = key.lower().endswith(".required")
+        restored = trusted.get(key)
+        if restored is None:
+            restored = ("true" if key in trusted else "false") if required else ""
+        overrides.append((key, restored))
+    return overrides
+
+
+def _repo_paths(workspace: Workspace, paths: list[str]) -> list[str]:
+    """Each path checked against the workspace, relative to its root (deleted files allowed)."""
+    root = workspace.root
+    return [_repo_path(workspace, p, root) for p in paths]
 
 
 def _repo_path(workspace: Workspace, path: str, root: Path) -> str:
@@ -244,3 +594,52 @@ def _repo_path(workspace: Workspace, path: str, root: Path) -> str:
     if lexical.is_relative_to(root):
         return lexical.relative_to(root).as_posix() or "."
     return workspace.display(resolved, root=root)
+
+
+def _render_status(raw: str, prefix: str) -> str:
+    """``git status --porcelain=v1 --branch -z`` as the text form, paths relative to ``prefix``.
+
+    Porcelain paths are relative to the top of the work tree, whatever the current directory.
+    """
+    entries = raw.split("\0")
+    lines = []
+    i = 0
+    while i < len(entries):
+        entry = entries[i]
+        i += 1
+        if not entry:
+            continue
+        if entry.startswith("## "):
+            lines.append(entry)
+            continue
+        status, path = entry[:2], entry[3:]
+        shown = _quote(_relative(path, prefix))
+        if ("R" in status or "C" in status) and i < len(entries):
+            shown = f"{_quote(_relative(entries[i], prefix))} -> {shown}"
+            i += 1
+        lines.append(f"{status} {shown}")
+    return "".join(line + "\n" for line in lines)
+
+
+def _relative(path: str, prefix: str) -> str:
+    if not prefix:
+        return path
+    if path.startswith(prefix):
+        return path[len(prefix) :] or "./"
+    relative = posixpath.relpath(path, prefix.rstrip("/"))
+    return relative + "/" if path.endswith("/") else relative
+
+
+_ESCAPES = {"\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\v": "\\v", "\f": "\\f"}
+_ESCAPES |= {"\r": "\\r", '"': '\\"', "\\": "\\\\"}
+
+
+def _quote(path: str) -> str:
+    """``path`` C-quoted, as git status does when it holds a space, quote, backslash or control."""
+    if not any(ch in _ESCAPES or ch == " " or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in path):
+        return path
+    quoted = "".join(
+        _ESCAPES.get(ch) or (f"\\{ord(ch):03o}" if ord(ch) < 0x20 or ord(ch) == 0x7F else ch)
+        for ch in path
+    )
+    return f'"{quoted}"'

@@ -10,6 +10,13 @@ of reach; so is a daemon started that way.)
 When the command exits normally, its output is read until the pipe closes or, if a background
 child keeps the pipe open, for a short moment more; background children of a command that
 finished are left running.
+
+The command does not get the host's secrets: every variable the ``env`` tool would mask (a
+sensitive name such as ``OPENAI_API_KEY``, ``GITHUB_TOKEN`` or ``DATABASE_URL``, or a value
+holding a credential, e.g. a JSON Web Token or a URL with a password) is left out of its
+environment. ``BashTool(env_passthrough=("MY_TOKEN",))`` passes named variables through
+anyway, ``env={...}`` adds variables set explicitly, and ``inherit_env=True`` hands over the
+whole environment unchanged.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import signal
 import subprocess
 import time
 from collections import deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,10 +35,12 @@ from anyio.abc import ByteReceiveStream, Process
 
 from .._log import logger
 from ..errors import ToolError
+from ._blocking import Stop, run_blocking
+from ._secrets import scrub_environ
 from ._workspace import StrPath, Workspace, arg_str
 from .base import Tool, ToolResult
 
-__all__ = ["BashTool", "CommandOutcome", "run_command"]
+__all__ = ["BashTool", "CommandOutcome", "child_environ", "run_command"]
 
 _KILL_SETTLE = 2.0  # seconds to wait for killed processes to be gone
 _NONINTERACTIVE = {"PAGER": "cat", "GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0"}
@@ -46,12 +56,31 @@ class CommandOutcome:
         output: merged stdout and stderr, bounded (the middle is dropped with a note).
         timed_out: the timeout passed and the process group was killed.
         elapsed: seconds from start to end.
+        truncated: the output was longer than the limit, and its middle was dropped.
     """
 
     exit_code: int | None
     output: str
     timed_out: bool
     elapsed: float
+    truncated: bool = False
+
+
+def child_environ(
+    *,
+    extra: Mapping[str, str] | None = None,
+    passthrough: Iterable[str] = (),
+    inherit: bool = False,
+) -> dict[str, str]:
+    """The environment for a command: this process's, without its secrets, non-interactive.
+
+    Args:
+        extra: variables set explicitly (always passed, last).
+        passthrough: names of secret-looking variables passed through anyway.
+        inherit: pass this process's environment unchanged (no scrubbing).
+    """
+    base = dict(os.environ) if inherit else scrub_environ(os.environ, keep=passthrough)
+    return {**base, **_NONINTERACTIVE, **(extra or {})}
 
 
 class _Bounded:
@@ -76,13 +105,17 @@ class _Bounded:
             while self.tail_size - len(self.tail[0]) >= self.half:
                 self.tail_size -= len(self.tail.popleft())
 
-    def text(self) -> str:
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self.head) + min(self.tail_size, self.half)
+
+    def text(self, errors: str = "replace") -> str:
         tail = b"".join(self.tail)
         if len(tail) > self.half:
             tail = tail[-self.half :]
         omitted = self.total - len(self.head) - len(tail)
-        head_text = self.head.decode("utf-8", errors="replace")
-        tail_text = tail.decode("utf-8", errors="replace")
+        head_text = self.head.decode("utf-8", errors=errors)
+        tail_text = tail.decode("utf-8", errors=errors)
         if omitted <= 0:
             return head_text + tail_text
         return f"{head_text}\n[... {omitted:,} bytes of output omitted ...]\n{tail_text}"
@@ -158,7 +191,9 @@ async def run_command(
     max_output: int = 30_000,
     kill_grace: float = 2.0,
     drain: float = 0.25,
-    env: dict[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+    merge_stderr: bool = True,
+    decode_errors: str = "replace",
 ) -> CommandOutcome:
     """Run ``argv`` in a new process group; kill the whole group on timeout or cancellation.
 
@@ -170,7 +205,11 @@ async def run_command(
         kill_grace: seconds between SIGTERM and SIGKILL.
         drain: seconds to keep reading output after the process exited, when a background
             child still holds the pipe.
-        env: the environment (default: this process's, with pagers and prompts turned off).
+        env: the environment (default: :func:`child_environ`, this process's without its
+            secrets, with pagers and prompts turned off).
+        merge_stderr: merge stderr into the output; ``False`` discards it.
+        decode_errors: how bytes that are not UTF-8 are decoded (``"surrogateescape"`` keeps
+            them, for output that is passed back to a program).
 
     Returns:
         The :class:`CommandOutcome`. Cancellation propagates, after the group is killed.
@@ -185,12 +224,14 @@ async def run_command(
             cwd=cwd,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            stderr=subprocess.STDOUT if merge_stderr else subprocess.DEVNULL,
             start_new_session=True,
-            env=env if env is not None else {**os.environ, **_NONINTERACTIVE},
+            env=dict(env) if env is not None else child_environ(),
         )
-    except OSError as exc:  # the program or the directory is missing
+    except OSError as exc:  # the program or the directory is missing, the arguments too long
         raise ToolError(f"Cannot run {argv[0]} in {cwd}: {exc.strerror or exc}.") from None
+    except ValueError as exc:  # a NUL byte in an argument or in the environment
+        raise ToolError(f"Cannot run {argv[0]}: {exc}.") from None
     sink = _Bounded(max_output)
     finished = False
     try:
@@ -212,9 +253,10 @@ async def run_command(
             await process.aclose()
     return CommandOutcome(
         exit_code=process.returncode if finished else None,
-        output=sink.text(),
+        output=sink.text(decode_errors),
         timed_out=not finished,
         elapsed=time.monotonic() - started,
+        truncated=sink.truncated,
     )
 
 
@@ -227,13 +269,18 @@ class BashTool(Tool):
         max_timeout: the largest timeout the model may ask for.
         max_output: bytes of output returned (the first and last halves).
         kill_grace: seconds between SIGTERM and SIGKILL when killing.
+        env: variables to set for every command (passed even if they look secret).
+        env_passthrough: names of variables of this process passed to the command even though
+            they look secret (by default such variables are left out).
+        inherit_env: pass this process's whole environment, secrets included.
     """
 
     name = "bash"
     description = (
         "Run a shell command with bash in the workspace root and return its combined "
         "stdout/stderr and exit code. Non-interactive (stdin is closed). The command is killed, "
-        "with everything it started, when the timeout passes."
+        "with everything it started, when the timeout passes. The host's secrets (API keys, "
+        "tokens, passwords in environment variables) are not in its environment."
     )
     dangerous = True
 
@@ -245,8 +292,14 @@ class BashTool(Tool):
         max_timeout: float = 600.0,
         max_output: int = 30_000,
         kill_grace: float = 2.0,
+        env: Mapping[str, str] | None = None,
+        env_passthrough: Iterable[str] = (),
+        inherit_env: bool = False,
     ) -> None:
         self.workspace = Workspace(root)
+        self.env = dict(env or {})
+        self.env_passthrough = frozenset(env_passthrough)
+        self.inherit_env = inherit_env
         self.default_timeout = timeout
         self.max_timeout = max_timeout
         self.max_output = max_output
@@ -266,6 +319,11 @@ class BashTool(Tool):
             "additionalProperties": False,
         }
 
+    def _environ(self, stop: Stop) -> dict[str, str]:
+        return child_environ(
+            extra=self.env, passthrough=self.env_passthrough, inherit=self.inherit_env
+        )
+
     def preview(self, **kwargs: Any) -> str:
         """The command line, as ``$ command``."""
         command = kwargs.get("command")
@@ -276,6 +334,8 @@ class BashTool(Tool):
         command = arg_str(kwargs, "command")
         if not command.strip():
             raise ToolError("The command is empty.")
+        if "\x00" in command:
+            raise ToolError("The command contains a NUL byte, which a command line cannot hold.")
         timeout = kwargs.get("timeout")
         if timeout is None:
             timeout = self.default_timeout
@@ -288,6 +348,7 @@ class BashTool(Tool):
             timeout=timeout,
             max_output=self.max_output,
             kill_grace=self.kill_grace,
+            env=await run_blocking(self._environ),
         )
         body = outcome.output if outcome.output.strip() else "(no output)"
         if not body.endswith("\n"):
