@@ -12,9 +12,12 @@ from fanloop.errors import ToolError
 from fanloop.tools import HttpRequestTool, WebFetchTool
 from fanloop.tools.web import html_to_text
 
+# The local test server is on loopback, which the tools refuse unless allowed.
+LOCAL = {"allowed_networks": ["127.0.0.1/32"]}
+
 
 async def test_fetch_extracts_readable_text(http_server: str) -> None:
-    result = await WebFetchTool().run(url=f"{http_server}/page")
+    result = await WebFetchTool(**LOCAL).run(url=f"{http_server}/page")
     assert not result.is_error
     assert result.content == (
         f"200 OK {http_server}/page\nTitle: Test Page\n\n"
@@ -26,7 +29,7 @@ async def test_fetch_extracts_readable_text(http_server: str) -> None:
 
 
 async def test_fetch_text_json_and_redirects(http_server: str) -> None:
-    tool = WebFetchTool()
+    tool = WebFetchTool(**LOCAL)
     assert (await tool.run(url=f"{http_server}/text")).content.endswith("\n\nplain text body\n")
     assert (await tool.run(url=f"{http_server}/json")).content.endswith('{"a": 1, "b": [1, 2]}')
     redirected = await tool.run(url=f"{http_server}/redirect")
@@ -34,44 +37,44 @@ async def test_fetch_text_json_and_redirects(http_server: str) -> None:
 
 
 async def test_fetch_error_status_is_an_error_result(http_server: str) -> None:
-    result = await WebFetchTool().run(url=f"{http_server}/missing")
+    result = await WebFetchTool(**LOCAL).run(url=f"{http_server}/missing")
     assert result.is_error
     assert result.content == f"404 Not Found {http_server}/missing\n\nNot here"
 
 
 async def test_fetch_refuses_binary(http_server: str) -> None:
     with pytest.raises(ToolError, match="application/octet-stream content"):
-        await WebFetchTool().run(url=f"{http_server}/binary")
+        await WebFetchTool(**LOCAL).run(url=f"{http_server}/binary")
 
 
 async def test_fetch_size_limits(http_server: str) -> None:
-    result = await WebFetchTool(max_bytes=1000).run(url=f"{http_server}/big")
+    result = await WebFetchTool(max_bytes=1000, **LOCAL).run(url=f"{http_server}/big")
     assert result.content.endswith("x\n[response cut at 1,000 bytes]")
-    result = await WebFetchTool(max_chars=100).run(url=f"{http_server}/big")
+    result = await WebFetchTool(max_chars=100, **LOCAL).run(url=f"{http_server}/big")
     assert "[page text truncated: showing 100 of 200,000 characters]" in result.content
 
 
 async def test_fetch_time_limit(http_server: str) -> None:
     started = time.monotonic()
     with pytest.raises(ToolError, match="timed out"):
-        await WebFetchTool(timeout=0.3).run(url=f"{http_server}/slow")
+        await WebFetchTool(timeout=0.3, **LOCAL).run(url=f"{http_server}/slow")
     assert time.monotonic() - started < 3
 
 
 @pytest.mark.parametrize("url", ["ftp://example.com/x", "not a url", "/relative", "file:///etc"])
 async def test_fetch_rejects_bad_urls(url: str) -> None:
     with pytest.raises(ToolError, match="Invalid URL"):
-        await WebFetchTool().run(url=url)
+        await WebFetchTool(**LOCAL).run(url=url)
 
 
 async def test_fetch_connection_refused() -> None:
     with pytest.raises(ToolError, match="failed"):
-        await WebFetchTool(timeout=5).run(url="http://127.0.0.1:9/")
+        await WebFetchTool(timeout=5, **LOCAL).run(url="http://127.0.0.1:9/")
 
 
 async def test_fetch_with_a_shared_client(http_server: str) -> None:
     async with httpx2.AsyncClient() as client:
-        tool = WebFetchTool(client=client)
+        tool = WebFetchTool(client=client, **LOCAL)
         assert "plain text body" in (await tool.run(url=f"{http_server}/text")).content
         assert "plain text body" in (await tool.run(url=f"{http_server}/text")).content
         assert not client.is_closed
@@ -86,7 +89,7 @@ def test_html_to_text_drops_scripts_and_styles() -> None:
 
 
 async def test_http_request_sends_method_headers_and_json(http_server: str) -> None:
-    result = await HttpRequestTool().run(
+    result = await HttpRequestTool(**LOCAL).run(
         method="post",
         url=f"{http_server}/echo?x=1",
         headers={"X-Token": "abc"},
@@ -107,7 +110,7 @@ async def test_http_request_sends_method_headers_and_json(http_server: str) -> N
 
 
 async def test_http_request_other_methods(http_server: str) -> None:
-    tool = HttpRequestTool()
+    tool = HttpRequestTool(**LOCAL)
     deleted = await tool.run(method="DELETE", url=f"{http_server}/echo")
     assert '"method": "DELETE"' in deleted.content
     missing = await tool.run(method="GET", url=f"{http_server}/nowhere")

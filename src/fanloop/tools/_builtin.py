@@ -26,6 +26,7 @@ from .git import GitCommitTool, GitDiffTool, GitLogTool, GitStatusTool
 from .memory import MEMORY_FILE, RememberTool, load_memory, memory_prompt
 from .shell import BashTool
 from .sql import SqlQueryTool, SqlSchemaTool
+from ._netguard import BlockedAddressError, NetworkPolicy, guarded_transport
 from .web import HttpRequestTool, WebFetchTool
 
 READ_ONLY_NAMES = (
@@ -111,6 +112,7 @@ __all__ = [
     "READ_ONLY_NAMES",
     "READ_ONLY_TOOLS",
     "BashTool",
+    "BlockedAddressError",
     "DeleteFileTool",
     "EditFileTool",
     "EnvTool",
@@ -123,6 +125,7 @@ __all__ = [
     "GrepTool",
     "HttpRequestTool",
     "ListDirTool",
+    "NetworkPolicy",
     "ReadCache",
     "ReadFileTool",
     "RememberTool",
@@ -137,6 +140,7 @@ __all__ = [
     "current_context",
     "default_db_path",
     "default_tools",
+    "guarded_transport",
     "load_memory",
     "memory_prompt",
     "read_only_tools",
