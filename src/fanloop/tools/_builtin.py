@@ -9,6 +9,7 @@ workspace root or read cache.
 
 from __future__ import annotations
 
+from ._netguard import BlockedAddressError, NetworkPolicy, guarded_transport
 from ._readcache import ReadCache, default_db_path
 from ._workspace import StrPath, Workspace
 from .base import FunctionTool, RunContext, Tool, ToolResult, current_context, tool
@@ -26,7 +27,6 @@ from .git import GitCommitTool, GitDiffTool, GitLogTool, GitStatusTool
 from .memory import MEMORY_FILE, RememberTool, load_memory, memory_prompt
 from .shell import BashTool
 from .sql import SqlQueryTool, SqlSchemaTool
-from ._netguard import BlockedAddressError, NetworkPolicy, guarded_transport
 from .web import HttpRequestTool, WebFetchTool
 
 READ_ONLY_NAMES = (
