@@ -478,6 +478,7 @@ async def test_every_termination_reason_has_its_string_value() -> None:
         "cancelled",
         "provider_error",
         "effect_outcome_uncertain",
+        "awaiting_approval",
         "unknown",
     }
 

@@ -6,6 +6,7 @@ sub-agents in parallel.
 """
 
 from ._agent import Agent
+from ._approvals import DEFER, PendingApproval
 from ._gather import gather
 from ._result import RunResult, TerminationReason
 from ._retry import RetryPolicy
@@ -31,12 +32,14 @@ __all__ = [
     "ConsoleObserver",
     "ConversationContext",
     "ConversationSummary",
+    "DEFER",
     "GuardedObserver",
     "Hooks",
     "Limits",
     "LoopObserver",
     "MultiObserver",
     "NullObserver",
+    "PendingApproval",
     "RetryPolicy",
     "RunContext",
     "RunResult",

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from ._approvals import check_no_pending
 from ._dispatch import Emitter, build_table
 from ._fanout import LimiterPool
 from ._log import bind, logger, unbind
@@ -33,7 +34,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Agent", "ConfirmFn"]
 
-ConfirmFn = Callable[[str, str], "Awaitable[bool | str] | bool | str"]
+ConfirmFn = Callable[..., "Awaitable[bool | str | object] | bool | str | object"]
+"""``confirm(name, preview)`` or ``confirm(name, preview, call)``, sync or async: ``True``,
+``False``, a reason string, or :data:`fanloop.DEFER`."""
 Prompt = str | Message | Sequence[TextPart]
 
 
@@ -54,7 +57,10 @@ class Agent:
         retry: how transient provider failures are retried (:class:`~fanloop.RetryPolicy`).
         confirm: ``(name, preview) -> bool | str``, sync or async: the gate before a dangerous
             tool. ``True`` runs it; ``False`` or a string declines (the string is the reason
-            the model sees). Defaults to ``hooks.confirm``.
+            the model sees); :data:`~fanloop.DEFER` parks the call until a person answers
+            through :meth:`resume` (the run ends with ``awaiting_approval``). A ``confirm`` with
+            a third positional parameter also receives the :class:`ToolCallPart`. Defaults to
+            ``hooks.confirm``.
         auto_approve: run dangerous tools without asking.
         observer: a :class:`~fanloop.LoopObserver`.
         hooks: :class:`~fanloop.Hooks` callbacks.
@@ -470,6 +476,7 @@ class Agent:
         deps: Any = None,
         buffer: int = 64,
         resume: bool = False,
+        approvals: Mapping[str, bool | str] | None = None,
     ) -> RunStream:
         """Run as :meth:`run`, yielding the run's events as they happen.
 
@@ -477,7 +484,7 @@ class Agent:
         afterwards ``run.result`` holds the :class:`~fanloop.RunResult`. The event buffer is
         bounded: a slow consumer slows the run down rather than growing memory. Leaving the
         ``async with`` early cancels the run. With ``resume=True`` (and a ``session``, no
-        prompt) it streams :meth:`resume`.
+        prompt) it streams :meth:`resume`, with ``approvals`` as there.
         """
         from ._stream import RunStream
 
@@ -485,9 +492,9 @@ class Agent:
         if resume:
             if session is None or prompt is not None:
                 raise ConfigurationError("stream(resume=True) takes a session and no prompt")
-            from ._resume import repair
-
-            before = repair
+            before = _resume_step(session, approvals)
+        elif approvals is not None:
+            raise ConfigurationError("approvals= is for stream(resume=True)")
         return RunStream(
             partial(
                 self._execute, prompt, messages=messages, session=session, deps=deps, before=before
@@ -522,17 +529,34 @@ class Agent:
             partial(self._execute, prompt, messages=messages, session=session, deps=deps)
         )
 
-    async def resume(self, session: Session, *, deps: Any = None) -> RunResult:
-        """Finish a turn that a dead process left open in ``session``.
+    async def resume(
+        self,
+        session: Session,
+        *,
+        approvals: Mapping[str, bool | str] | None = None,
+        deps: Any = None,
+    ) -> RunResult:
+        """Go on with the turn left open in ``session``: parked for approval, or cut short.
 
-        Tool calls without results are closed first: a dangerous call whose receipt was
+        A batch parked by ``confirm`` returning :data:`~fanloop.DEFER` (the run ended with
+        ``awaiting_approval``) runs on from the parked call with ``approvals``, one answer per
+        pending call id: ``True`` runs the call, ``False`` or a reason string declines it. No
+        model call is made for that turn and no call that already finished runs again. This
+        works from any process that can open the session.
+
+        A turn a dead process left open is closed first: a dangerous call whose receipt was
         committed gets its recorded result back without running again; one whose receipt was
         left ``started`` ends the run with ``effect_outcome_uncertain``, naming the call; any
         other unanswered call is told it was interrupted. Then the loop continues.
-        """
-        from ._resume import repair
 
-        return await self._execute(None, session=session, deps=deps, before=repair)
+        Raises:
+            ApprovalError: ``approvals`` name a call that is not pending, leave a pending call
+                unanswered, or are given for a session that waits for none; or the session
+                waits for approvals and none were given. Nothing is changed.
+        """
+        return await self._execute(
+            None, session=session, deps=deps, before=_resume_step(session, approvals)
+        )
 
     def as_tool(
         self,
@@ -565,6 +589,8 @@ class Agent:
     ) -> RunResult:
         if session is not None and messages is not None:
             raise ConfigurationError("pass messages= or session=, not both")
+        if session is not None and before is None:
+            check_no_pending(session)
         history = list(session.messages if session is not None else messages or ())
         if parent is None:
             budget = Budget(self.limits)
@@ -704,6 +730,19 @@ def _user_message(prompt: Prompt) -> Message:
     if isinstance(prompt, str):
         return Message.user(prompt)
     return Message(role="user", content=tuple(prompt))
+
+
+def _resume_step(
+    session: Session, approvals: Mapping[str, bool | str] | None
+) -> Callable[[RunState], Awaitable[RunResult | None]]:
+    """What a resumed run does before its loop: run a parked batch on, or repair the turn."""
+    from ._approvals import check_answers, continue_parked
+    from ._resume import repair
+
+    check_answers(session, approvals)  # raises before anything is changed
+    if approvals:
+        return continue_parked(approvals)  # type: ignore[no-any-return]
+    return repair
 
 
 def _notify(observer: LoopObserver, name: str, arg: Any) -> None:

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import time
 from collections.abc import Sequence
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from ._approvals import DEFER, Parked
 from ._log import logger
 from ._run import CLEANUP_GRACE
 from .errors import ToolError
@@ -51,6 +53,10 @@ NO_CONFIRM = (
     "confirmation handler is configured, so it was not run."
 )
 CANCELLED = "The tool call was cancelled before it finished; its outcome is unknown."
+DEFER_IN_SUBAGENT = (
+    "Declined: this call needs a person's approval, which cannot be deferred inside a "
+    "sub-agent. Report what you would do instead."
+)
 
 MAX_ERROR_CHARS = 4_000
 """The longest error message built by the scheduler (it may quote the model's own input)."""
@@ -116,6 +122,8 @@ async def run_batch(
         owner = owner.parent
     prepared: list[_Call] = []
     for index, call in enumerate(calls):
+        if results[index] is not None:
+            continue  # finished before the batch was parked (a resumed batch)
         count = run.stall.observe(call)
         if count:
             await emit(StallDetected(call.name, count))
@@ -176,6 +184,8 @@ async def run_batch(
             await _run_concurrently(run, segment, results)
             segment = []
             await _run_dangerous(run, item, results)
+            if run.parked is not None:
+                return  # this call and the ones after it wait for a person (see _approvals)
         else:
             segment.append(item)
     await _run_concurrently(run, segment, results)
@@ -239,8 +249,18 @@ async def _run_dangerous(run: RunState, item: _Call, results: list[ToolResultPar
     except Exception as exc:
         logger.warning("tool_preview_failed", tool=call.name, error=repr(exc))
         preview = Tool.preview(item.tool, **item.kwargs)
-    await emit(ApprovalRequested(call, preview))
-    approved, reason = await _confirm(run, call.name, preview)
+    decided = run.decisions.get(call.id)
+    if decided is None:
+        await emit(ApprovalRequested(call, preview))
+        answer = await _ask(run, call, preview)
+        if answer is DEFER:
+            if run.parent is None:
+                run.parked = Parked(item.index, preview)
+                return
+            answer = DEFER_IN_SUBAGENT
+    else:
+        answer = decided  # given to agent.resume(approvals=...) by a person
+    approved, reason = _verdict(answer)
     await emit(ApprovalResolved(call, approved, reason))
     if not approved:
         part = ToolResultPart(call_id=call.id, content=reason or DECLINED, is_error=True)
@@ -309,25 +329,56 @@ async def _replay(
     await run.emitter.emit(ToolFinished(call, part, 0.0))
 
 
-async def _confirm(run: RunState, name: str, preview: str) -> tuple[bool, str | None]:
+async def _ask(run: RunState, call: ToolCallPart, preview: str) -> Any:
+    """The confirm gate's answer for ``call``: whatever ``confirm`` returned (or a decline)."""
     agent = run.agent
     if agent.auto_approve:
-        return True, None
+        return True
     confirm = agent.confirm
     if confirm is None:
-        return False, NO_CONFIRM
+        return NO_CONFIRM
     try:
-        answer = confirm(name, preview)
+        if _takes_call(confirm):
+            answer = confirm(call.name, preview, call)
+        else:
+            answer = confirm(call.name, preview)
         if inspect.isawaitable(answer):
             answer = await answer
     except Exception as exc:
-        logger.exception("confirm_failed", tool=name)
-        return False, f"Declined: the confirmation prompt failed ({type(exc).__name__})."
+        logger.exception("confirm_failed", tool=call.name)
+        return f"Declined: the confirmation prompt failed ({type(exc).__name__})."
+    return answer
+
+
+def _verdict(answer: Any) -> tuple[bool, str | None]:
+    """Only ``True`` runs; a string declines with that reason; anything else declines."""
     if answer is True:
         return True, None
     if isinstance(answer, str):
         return False, answer or DECLINED
     return False, DECLINED
+
+
+def _takes_call(confirm: Any) -> bool:
+    """Whether ``confirm`` takes a third positional parameter (the :class:`ToolCallPart`)."""
+    try:
+        return _takes_call_cached(confirm)
+    except TypeError:  # an unhashable callable
+        return _arity_takes_call(confirm)
+
+
+@functools.lru_cache(maxsize=256)
+def _takes_call_cached(confirm: Any) -> bool:
+    return _arity_takes_call(confirm)
+
+
+def _arity_takes_call(confirm: Any) -> bool:
+    try:
+        params = list(inspect.signature(confirm).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 3 or any(p.kind is p.VAR_POSITIONAL for p in params)
 
 
 async def _run_one(

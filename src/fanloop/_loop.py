@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import anyio
 
+from ._approvals import park
 from ._callids import distinct_call_ids
 from ._context import check_context
 from ._fanout import results_or_cancelled, run_batch
@@ -76,14 +77,23 @@ def final_answer(response: ModelResponse, calls: Sequence[ToolCallPart]) -> Endi
     return Ending(TerminationReason.COMPLETED, text=response.text)
 
 
-async def run_tools(run: RunState, calls: Sequence[ToolCallPart]) -> None:
-    """Run the batch and append its results, even when the batch is cancelled."""
-    results: list[ToolResultPart | None] = [None] * len(calls)
+async def run_tools(
+    run: RunState,
+    calls: Sequence[ToolCallPart],
+    results: list[ToolResultPart | None] | None = None,
+) -> None:
+    """Run the batch (or what is left of it) and append its results, even when the batch is
+    cancelled; a batch parked for a person's approval is persisted instead."""
+    if results is None:
+        results = [None] * len(calls)
     try:
         await run_batch(run, calls, results)
     except BaseException:
         with anyio.move_on_after(CLEANUP_GRACE, shield=True):
             await run.append(Message.tool_results(results_or_cancelled(results, calls)))
         raise
+    if run.parked is not None:
+        await park(run, calls, results)
+        return
     await run.append(Message.tool_results(results))  # type: ignore[arg-type]
     await run.warn()

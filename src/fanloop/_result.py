@@ -6,6 +6,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ._approvals import PendingApproval
 from .messages import Message
 from .providers._types import Usage
 
@@ -28,6 +29,7 @@ class TerminationReason(StrEnum):
     CANCELLED = "cancelled"
     PROVIDER_ERROR = "provider_error"
     EFFECT_OUTCOME_UNCERTAIN = "effect_outcome_uncertain"
+    AWAITING_APPROVAL = "awaiting_approval"
     UNKNOWN = "unknown"
 
     # lower-case aliases, so ``TerminationReason.max_turns == "max_turns"`` reads as in the docs
@@ -44,6 +46,7 @@ class TerminationReason(StrEnum):
     cancelled = "cancelled"
     provider_error = "provider_error"
     effect_outcome_uncertain = "effect_outcome_uncertain"
+    awaiting_approval = "awaiting_approval"
     unknown = "unknown"
 
 
@@ -62,6 +65,9 @@ class RunResult(BaseModel):
         tool_calls: tool calls handled by the run.
         cost_usd: estimated cost from the model price table (``None`` if the model is unknown).
         detail: a human-readable note on why the run ended, when it did not complete.
+        pending_approvals: for ``awaiting_approval``, the calls waiting for a person (call id,
+            tool name, arguments, preview); answer them with
+            ``agent.resume(session, approvals={call_id: True | False | "reason"})``.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -76,6 +82,7 @@ class RunResult(BaseModel):
     tool_calls: int = 0
     cost_usd: float | None = None
     detail: str | None = None
+    pending_approvals: tuple[PendingApproval, ...] = ()
 
     @property
     def new_messages(self) -> tuple[Message, ...]:

@@ -16,6 +16,7 @@ from .providers._types import ModelRequest, ModelResponse, Usage
 
 if TYPE_CHECKING:
     from ._agent import Agent
+    from ._approvals import Parked, PendingApproval
     from .sessions import Session
 
 CLEANUP_GRACE = 5.0
@@ -37,6 +38,7 @@ class RunState:
         "call_ids",
         "context_base",
         "context_tokens",
+        "decisions",
         "deps",
         "depth",
         "emitter",
@@ -45,6 +47,8 @@ class RunState:
         "messages",
         "new_message_index",
         "parent",
+        "parked",
+        "pending",
         "run_id",
         "session",
         "stall",
@@ -90,6 +94,9 @@ class RunState:
         self.ending: tuple[TerminationReason, str | None] | None = None
         self.warned_turns = not agent.limits.max_turns
         self.call_ids: set[str] | None = None  # built on first use (see _callids)
+        self.parked: Parked | None = None  # a batch stopped for a person (see _approvals)
+        self.pending: tuple[PendingApproval, ...] = ()
+        self.decisions: dict[str, bool | str] = {}  # approvals a resumed batch was given
 
     @property
     def elapsed(self) -> float:
@@ -196,6 +203,7 @@ class RunState:
             tool_calls=self.tool_calls,
             cost_usd=cost_of(self.agent.model, self.usage),
             detail=detail,
+            pending_approvals=self.pending,
         )
 
 

@@ -10,6 +10,7 @@ retry_after=0.1)``.
     FanloopError
      ├── ConfigurationError          bad agent/provider configuration (also a ValueError)
      ├── ToolError                   raised by a tool: becomes an error result the model sees
+     ├── ApprovalError               resume() answers that do not match the pending approvals
      ├── ProviderError               a model call failed        .transient says "retry me"
      │    ├── RateLimited            429                        transient
      │    ├── Overloaded             529, "overloaded_error"    transient
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from ._result import RunResult
 
 __all__ = [
+    "ApprovalError",
     "AuthenticationError",
     "BadRequest",
     "ConfigurationError",
@@ -76,6 +78,11 @@ class ConfigurationError(FanloopError, ValueError):
 
 class ToolError(FanloopError):
     """Raise from a tool to hand the model an error result with exactly this message."""
+
+
+class ApprovalError(FanloopError, ValueError):
+    """Approvals that do not match what a session waits for (an unknown call id, a pending call
+    left unanswered), or a new turn started while calls wait for approval. Nothing changed."""
 
 
 class ScriptExhausted(FanloopError):
