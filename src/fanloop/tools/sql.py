@@ -8,31 +8,36 @@ by the ``FANLOOP_SQL_DSN`` environment variable:
 - ``sqlite:///absolute/path.db`` (two or more slashes: absolute), ``sqlite:relative.db`` or a
   plain file path (relative paths are taken from the workspace root): SQLite.
 
-Read-only is enforced twice. First, :func:`check_read_only` accepts a single statement that
-starts with SELECT, WITH, EXPLAIN, PRAGMA (a query pragma), SHOW or DESCRIBE and names no
-writing command. Second, and independently, the connection itself cannot write: SQLite is
-opened with ``mode=ro`` and ``PRAGMA query_only=ON``; PostgreSQL sessions start with
-``default_transaction_read_only=on`` and every statement runs in a ``READ ONLY`` transaction that
-is rolled back. A statement that slips past the first check (say, a SELECT of a function that
-writes) still fails at the database.
+The tool changes nothing, in two independent layers:
+
+1. :func:`check_read_only` (in a worker thread, linear, capped at 100 000 characters) accepts
+   one SELECT, WITH, VALUES, TABLE, EXPLAIN (without ANALYZE) or SHOW statement (SQLite: a
+   reading PRAGMA instead of SHOW and TABLE) that names no writing command, takes no row lock
+   and calls no function with effects (see :mod:`._sql_check`).
+2. The connection cannot write or reach further: PostgreSQL runs the statement over the
+   extended query protocol (one statement only) in a ``READ ONLY`` transaction that is
+   rolled back, with timeouts set on the server (:mod:`._sql_pg`); SQLite opens the file
+   ``mode=ro`` with ``query_only``, no ATTACH, and an authorizer that allows reading only
+   (:mod:`._sql_sqlite`).
+
+Both honour the tool's ``timeout``, the run's deadline and cancellation, and read at most
+``max_rows`` rows and a bounded number of characters, every cell cut.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import sqlite3
-import time
-import urllib.parse
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import anyio
-import anyio.to_thread
-
 from ..errors import ToolError
+from ._blocking import Stop, run_blocking
+from ._sql_check import Dialect, Statement, check_statement
+from ._sql_pg import execute_postgres
+from ._sql_rows import CELL_CHARS, QueryRows
+from ._sql_sqlite import execute_sqlite
 from ._workspace import StrPath, Workspace, arg_opt_str, arg_str, truncate
 from .base import Tool, ToolResult
 
@@ -46,199 +51,29 @@ __all__ = [
 ]
 
 DSN_ENV = "FANLOOP_SQL_DSN"
-
-_READ_COMMANDS = ("SELECT", "WITH", "EXPLAIN", "PRAGMA", "SHOW", "DESCRIBE", "DESC")
-_WRITE_WORDS = frozenset(
-    {
-        "INSERT", "UPDATE", "DELETE", "MERGE", "UPSERT", "CREATE", "DROP", "ALTER", "TRUNCATE",
-        "GRANT", "REVOKE", "ATTACH", "DETACH", "VACUUM", "REINDEX", "COPY", "CALL",
-    }
-)  # fmt: skip
-_QUERY_PRAGMAS = frozenset(
-    {
-        "table_info", "table_xinfo", "table_list", "index_list", "index_info", "index_xinfo",
-        "foreign_key_list", "foreign_key_check", "integrity_check", "quick_check",
-        "function_list", "pragma_list", "collation_list", "database_list", "compile_options",
-        "module_list",
-    }
-)  # fmt: skip
-
-_TOKEN = re.compile(
-    r"""
-      (?P<space>\s+)
-    | (?P<comment>--[^\n]*|/\*.*?(?:\*/|\Z))
-    | (?P<string>[eE]'(?:[^'\\]|\\.|'')*(?:'|\Z)|'(?:[^']|'')*(?:'|\Z))
-    | (?P<dollar>\$(?P<tag>[A-Za-z_][A-Za-z0-9_]*|)\$.*?(?:\$(?P=tag)\$|\Z))
-    | (?P<ident>"(?:[^"]|"")*(?:"|\Z)|`[^`]*(?:`|\Z))
-    | (?P<word>[A-Za-z_][A-Za-z0-9_$]*)
-    | (?P<number>\d+(?:\.\d*)?)
-    | (?P<other>.)
-    """,
-    re.VERBOSE | re.DOTALL,
-)
+_MAX_NAME = 1000
 
 
-def _tokens(sql: str) -> list[tuple[str, str]]:
-    """The statement's tokens as ``(kind, text)``, without whitespace and comments."""
-    return [
-        (m.lastgroup or "other", m.group(0))
-        for m in _TOKEN.finditer(sql)
-        if m.lastgroup not in ("space", "comment")
-    ]
-
-
-def check_read_only(sql: str) -> str:
+def check_read_only(sql: str, dialect: Dialect | None = None) -> str:
     """Check that ``sql`` is one read-only statement; return it without a trailing ``;``.
 
+    Args:
+        sql: the statement.
+        dialect: ``"postgres"`` or ``"sqlite"``; ``None`` accepts what either accepts.
+
     Raises:
-        ToolError: empty, several statements, or not a read-only command.
+        ToolError: empty, several statements, not a read-only command, or a refused
+            function, keyword or relation.
 
     Example:
         >>> check_read_only("SELECT 1;")
         'SELECT 1'
     """
-    tokens = _tokens(sql)
-    while tokens and tokens[-1] == ("other", ";"):
-        tokens.pop()
-    if not tokens:
-        raise ToolError("The SQL statement is empty.")
-    if ("other", ";") in tokens:
-        raise ToolError("sql_query runs exactly one statement; send the statements one by one.")
-    first = tokens[0][1].upper() if tokens[0][0] == "word" else tokens[0][1]
-    if first not in _READ_COMMANDS:
-        raise ToolError(
-            f"sql_query only runs read-only statements (SELECT, WITH, EXPLAIN, PRAGMA, SHOW, "
-            f"DESCRIBE); this one starts with {first!r}."
-        )
-    words = [text.upper() for kind, text in tokens if kind == "word"]
-    writes = sorted(_WRITE_WORDS.intersection(words))
-    if writes:
-        raise ToolError(
-            f"sql_query only runs read-only statements; this one contains {', '.join(writes)}."
-        )
-    if first == "PRAGMA":
-        texts = [text for _, text in tokens]
-        if "=" in texts:
-            raise ToolError("PRAGMA assignments change settings; sql_query only reads.")
-        name = next((t for k, t in tokens[1:] if k == "word" and t != "."), "").lower()
-        names = [t.lower() for k, t in tokens[1:] if k == "word"]
-        if "(" in texts and not _QUERY_PRAGMAS.intersection(names) and name:
-            raise ToolError(f"PRAGMA {name}(...) may change a setting; sql_query only reads.")
-    end = sql.rstrip()
-    while end.endswith(";"):
-        end = end[:-1].rstrip()
-    return end
+    return check_statement(sql, dialect).text
 
 
-@dataclass(frozen=True, slots=True)
-class QueryRows:
-    """What a statement returned.
-
-    Attributes:
-        columns: the column names (empty when the statement returns no rows).
-        rows: at most ``max_rows`` rows.
-        more: there were more rows than ``max_rows``.
-    """
-
-    columns: tuple[str, ...]
-    rows: tuple[tuple[Any, ...], ...]
-    more: bool
-
-
-def _sqlite_uri(path: Path) -> str:
-    return f"file:{urllib.parse.quote(str(path))}?mode=ro"
-
-
-def _sqlite_run(
-    path: Path, statement: str, params: Sequence[Any], max_rows: int, timeout: float
-) -> QueryRows:
-    if not path.is_file():
-        raise ToolError(f"The SQLite database {path} does not exist.")
-    conn = sqlite3.connect(_sqlite_uri(path), uri=True, timeout=5.0)
-    try:
-        conn.execute("PRAGMA query_only = ON")
-        deadline = time.monotonic() + timeout
-        conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
-        cursor = conn.execute(statement, tuple(params))
-        columns = tuple(d[0] for d in cursor.description or ())
-        rows = cursor.fetchmany(max_rows + 1) if columns else []
-    except sqlite3.OperationalError as exc:
-        if "interrupted" in str(exc):
-            raise ToolError(f"The query ran longer than {timeout:g} s and was stopped.") from None
-        raise ToolError(f"SQLite error: {str(exc).rstrip('.')}.") from None
-    except (sqlite3.Error, sqlite3.Warning) as exc:
-        raise ToolError(f"SQLite error: {str(exc).rstrip('.')}.") from None
-    finally:
-        conn.rollback()
-        conn.close()
-    return QueryRows(columns, tuple(tuple(r) for r in rows[:max_rows]), len(rows) > max_rows)
-
-
-async def execute_sqlite(
-    path: StrPath,
-    statement: str,
-    params: Sequence[Any] = (),
-    *,
-    max_rows: int = 200,
-    timeout: float = 30.0,
-) -> QueryRows:
-    """Run ``statement`` on a read-only connection to the SQLite database at ``path``.
-
-    No statement check is made here: the connection itself refuses to write.
-
-    Raises:
-        ToolError: the database is missing, or SQLite refused or failed the statement.
-    """
-    return await anyio.to_thread.run_sync(
-        _sqlite_run, Path(path), statement, params, max_rows, timeout
-    )
-
-
-async def execute_postgres(
-    dsn: str,
-    statement: str,
-    params: Sequence[Any] | None = None,
-    *,
-    max_rows: int = 200,
-    timeout: float = 30.0,
-) -> QueryRows:
-    """Run ``statement`` in a READ ONLY transaction (rolled back) on PostgreSQL.
-
-    No statement check is made here: the session and the transaction refuse to write.
-
-    Raises:
-        ToolError: psycopg is missing, the connection failed, or the server refused or failed
-            the statement.
-    """
-    try:
-        import psycopg  # an optional dependency, imported when first used
-    except ImportError:
-        raise ToolError(
-            "PostgreSQL support needs psycopg: pip install 'fanloop[postgres]'."
-        ) from None
-    ms = max(int(timeout * 1000), 1)
-    try:
-        with anyio.fail_after(timeout + 10):
-            conn = await psycopg.AsyncConnection.connect(
-                dsn,
-                connect_timeout=max(int(timeout), 2),
-                options=f"-c default_transaction_read_only=on -c statement_timeout={ms}",
-            )
-            async with conn:
-                await conn.set_read_only(True)
-                async with conn.cursor() as cursor:
-                    await cursor.execute(statement, params)
-                    columns = tuple(d.name for d in cursor.description or ())
-                    rows = await cursor.fetchmany(max_rows + 1) if columns else []
-                await conn.rollback()
-    except TimeoutError:
-        raise ToolError(f"The query ran longer than {timeout:g} s and was stopped.") from None
-    except psycopg.errors.QueryCanceled:
-        raise ToolError(f"The query ran longer than {timeout:g} s and was stopped.") from None
-    except psycopg.Error as exc:
-        detail = exc.diag.message_primary if exc.diag and exc.diag.message_primary else str(exc)
-        raise ToolError(f"PostgreSQL error: {detail}.") from None
-    return QueryRows(columns, tuple(tuple(r) for r in rows[:max_rows]), len(rows) > max_rows)
+def _check_in_thread(stop: Stop, sql: str, dialect: Dialect) -> Statement:
+    return check_statement(sql, dialect)
 
 
 def _cell(value: Any) -> str:
@@ -247,7 +82,7 @@ def _cell(value: Any) -> str:
     if isinstance(value, bytes | bytearray | memoryview):
         return f"<{len(bytes(value))} bytes>"
     text = str(value).replace("\n", "\\n")
-    return text if len(text) <= 200 else text[:200] + "…"
+    return text if len(text) <= CELL_CHARS else text[:CELL_CHARS] + "…"
 
 
 def render_rows(result: QueryRows, max_chars: int, max_rows: int) -> str:
@@ -258,8 +93,13 @@ def render_rows(result: QueryRows, max_chars: int, max_rows: int) -> str:
     lines += [" | ".join(_cell(v) for v in row) for row in result.rows]
     n = len(result.rows)
     footer = f"({n} row{'s' if n != 1 else ''})"
-    if result.more:
+    if result.more and n >= max_rows:
         footer = f"(first {max_rows} rows shown; there are more: add LIMIT or narrow the query)"
+    elif result.more:
+        footer = (
+            f"(first {n} row{'s' if n != 1 else ''} shown; the result is larger than sql_query "
+            "reads at once: select fewer or shorter columns, or add LIMIT)"
+        )
     return truncate("\n".join(lines), max_chars, what="result") + "\n" + footer
 
 
@@ -281,7 +121,7 @@ class _SqlTool(Tool):
         self.max_chars = max_chars
         self.query_timeout = timeout
 
-    def _target(self) -> tuple[str, str]:
+    def _target(self) -> tuple[Dialect, str]:
         """``("postgres", dsn)`` or ``("sqlite", path)``."""
         dsn = self.dsn or os.environ.get(DSN_ENV)
         if not dsn:
@@ -301,6 +141,8 @@ class _SqlTool(Tool):
 
     async def _execute(self, statement: str, params: Sequence[Any] = ()) -> QueryRows:
         kind, target = self._target()
+        # Reading more than the tool can show is wasted: a few times max_chars at most.
+        max_chars = max(4 * self.max_chars, 65_536)
         if kind == "postgres":
             return await execute_postgres(
                 target,
@@ -308,9 +150,15 @@ class _SqlTool(Tool):
                 params or None,
                 max_rows=self.max_rows,
                 timeout=self.query_timeout,
+                max_chars=max_chars,
             )
         return await execute_sqlite(
-            target, statement, params, max_rows=self.max_rows, timeout=self.query_timeout
+            target,
+            statement,
+            params,
+            max_rows=self.max_rows,
+            timeout=self.query_timeout,
+            max_chars=max_chars,
         )
 
 
@@ -327,9 +175,11 @@ class SqlQueryTool(_SqlTool):
 
     name = "sql_query"
     description = (
-        "Run a single read-only SQL statement (SELECT, WITH, EXPLAIN, PRAGMA, SHOW or DESCRIBE) "
-        "on the configured database and return the rows. Statements that write are refused, "
-        "and the connection itself is read-only. Use sql_schema to see the tables first."
+        "Run a single read-only SQL statement (SELECT, WITH, VALUES, TABLE, EXPLAIN without "
+        "ANALYZE; SHOW on PostgreSQL, a reading PRAGMA on SQLite) on the configured database "
+        "and return the rows. Statements that write, lock rows or call functions with effects "
+        "are refused, and the connection itself is read-only. Long cells are cut: select "
+        "substrings if you need more. Use sql_schema to see the tables first."
     )
     parameters = {  # noqa: RUF012
         "type": "object",
@@ -342,8 +192,10 @@ class SqlQueryTool(_SqlTool):
 
     async def run(self, **kwargs: Any) -> ToolResult:
         """Check and run the statement; see the class docstring."""
-        statement = check_read_only(arg_str(kwargs, "query"))
-        result = await self._execute(statement)
+        query = arg_str(kwargs, "query")
+        kind, _ = self._target()
+        statement = await run_blocking(_check_in_thread, query, kind)
+        result = await self._execute(statement.text)
         return ToolResult(render_rows(result, self.max_chars, self.max_rows))
 
 
@@ -377,6 +229,8 @@ class SqlSchemaTool(_SqlTool):
     async def run(self, **kwargs: Any) -> ToolResult:
         """Describe the database or a table; see the class docstring."""
         table = arg_opt_str(kwargs, "table")
+        if table is not None and len(table) > _MAX_NAME:
+            raise ToolError(f"A table name has at most {_MAX_NAME} characters.")
         kind, _ = self._target()
         if kind == "postgres":
             result = await self._postgres(table)
