@@ -258,8 +258,10 @@ async def test_delete_refuses_directories_and_escapes(ws: Path) -> None:
     with pytest.raises(ToolError, match="is a directory"):
         await tool.run(path="d")
     (ws / "out").symlink_to(ws.parent / "outside" / "secret.txt")
-    with pytest.raises(ToolError, match="symbolic link"):
-        await tool.run(path="out")
+    # A link pointing out is inside itself: it goes, its target stays.
+    assert tool.preview(path="out").startswith("delete the symbolic link out -> ")
+    assert (await tool.run(path="out")).content == "Deleted out."
+    assert not (ws / "out").is_symlink()
     with pytest.raises(ToolError, match="outside the workspace"):
         await tool.run(path="../outside/secret.txt")
     assert (ws.parent / "outside" / "secret.txt").exists()

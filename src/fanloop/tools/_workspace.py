@@ -5,6 +5,10 @@ that resolves outside the workspace root, whether it escapes with ``..``, is an 
 elsewhere, or passes through a symbolic link that points out. The root is fixed per tool
 instance or, by default, is the current working directory at the time of the call.
 
+A checked path can still change before it is opened; the file tools therefore open what was
+checked through :mod:`fanloop.tools._fsafe`, which refuses a component that has become a
+symbolic link since.
+
 The argument helpers (:func:`arg_str` and friends) read a tool's keyword arguments with a
 clear :class:`~fanloop.errors.ToolError` when one has the wrong type, so a tool called directly
 (without the agent's schema validation) fails the same way the model would see it.
@@ -64,10 +68,7 @@ class Workspace:
             ToolError: the path is empty, malformed, or resolves outside the root.
         """
         root = self.root if root is None else root
-        if not isinstance(path, str) or not path.strip():
-            raise ToolError("The path is empty: give a path relative to the workspace root.")
-        if "\x00" in path:
-            raise ToolError(f"The path {path!r} contains a NUL byte.")
+        _check_raw(path)
         candidate = root / path  # an absolute path replaces the root, then gets checked
         try:
             resolved = candidate.resolve()
@@ -81,6 +82,26 @@ class Workspace:
             )
         return resolved
 
+    def resolve_parent(self, path: str, *, root: Path | None = None) -> tuple[Path, str]:
+        """Resolve all of ``path`` but its last component: ``(real parent, name)``.
+
+        For acting on a name itself (deleting a symbolic link, not its target). A path whose
+        last component is ``.`` or ``..``, or that ends in ``/``, names a directory: it is
+        resolved whole and split after.
+
+        Raises:
+            ToolError: as :meth:`resolve`, for the parent; or the path names the root.
+        """
+        root = self.root if root is None else root
+        _check_raw(path)
+        head, name = os.path.split(path)
+        if name in ("", ".", ".."):
+            resolved = self.resolve(path, root=root)
+            if resolved == root:
+                raise ToolError("The path names the workspace root itself.")
+            return resolved.parent, resolved.name
+        return self.resolve(head or ".", root=root), name
+
     def display(self, path: Path, *, root: Path | None = None) -> str:
         """``path`` relative to the root, for messages (``.`` for the root itself)."""
         root = self.root if root is None else root
@@ -92,6 +113,13 @@ class Workspace:
 
     def __repr__(self) -> str:
         return f"Workspace({'cwd' if self._root is None else str(self._root)!r})"
+
+
+def _check_raw(path: object) -> None:
+    if not isinstance(path, str) or not path.strip():
+        raise ToolError("The path is empty: give a path relative to the workspace root.")
+    if "\x00" in path:
+        raise ToolError(f"The path {path!r} contains a NUL byte.")
 
 
 def _via_symlink(root: Path, candidate: Path) -> bool:
