@@ -542,3 +542,27 @@ async def test_function_tools_receive_the_run_context_with_deps() -> None:
         "go", deps={"user": "ada"}
     )
     assert results_of(result)[0].content == "hi, ada (whoami, depth 0)"
+
+
+# -- the gate's events ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("answer", [True, False])
+async def test_approval_comes_before_the_call_starts_and_a_declined_call_never_starts(
+    answer: bool,
+) -> None:
+    @tool(dangerous=True)
+    def wipe(path: str) -> str:
+        """Wipe a path."""
+        return "wiped"
+
+    agent = Agent(batch(call("wipe", path="x")), tools=[wipe], confirm=lambda n, p: answer)
+    _, events = await collect(agent, "go")
+    kinds = [
+        e.kind
+        for e in events
+        if e.kind in ("approval_requested", "approval_resolved", "tool_started", "tool_finished")
+    ]
+    expected = ["approval_requested", "approval_resolved"]
+    expected += ["tool_started", "tool_finished"] if answer else ["tool_finished"]
+    assert kinds == expected

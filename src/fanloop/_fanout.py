@@ -243,12 +243,7 @@ async def _run_lane(run: RunState, lane: list[_Call], results: list[ToolResultPa
 async def _run_dangerous(run: RunState, item: _Call, results: list[ToolResultPart | None]) -> None:
     emit = run.emitter.emit
     call = item.call
-    await emit(ToolStarted(call))
-    try:
-        preview = item.tool.preview(**item.kwargs)
-    except Exception as exc:
-        logger.warning("tool_preview_failed", tool=call.name, error=repr(exc))
-        preview = Tool.preview(item.tool, **item.kwargs)
+    preview = await _preview(item)
     decided = run.decisions.get(call.id)
     if decided is None:
         await emit(ApprovalRequested(call, preview))
@@ -262,11 +257,12 @@ async def _run_dangerous(run: RunState, item: _Call, results: list[ToolResultPar
         answer = decided  # given to agent.resume(approvals=...) by a person
     approved, reason = _verdict(answer)
     await emit(ApprovalResolved(call, approved, reason))
-    if not approved:
+    if not approved:  # a declined call never starts; it still gets its (error) result
         part = ToolResultPart(call_id=call.id, content=reason or DECLINED, is_error=True)
         results[item.index] = part
         await emit(ToolFinished(call, part, 0.0))
         return
+    await emit(ToolStarted(call))
     session = run.session
     if session is not None:  # a durable receipt before the effect, committed after it
         earlier = await session.effect(call.id)
@@ -282,6 +278,19 @@ async def _run_dangerous(run: RunState, item: _Call, results: list[ToolResultPar
         # reports as uncertain instead of guessing.
         with anyio.move_on_after(CLEANUP_GRACE, shield=True):
             await session.commit_effect(call.id, done)
+
+
+async def _preview(item: _Call) -> str:
+    """The call's preview for the gate, made in a worker thread the run can leave (a preview
+    may read and diff files the model named)."""
+    tool = item.tool
+    try:
+        return await anyio.to_thread.run_sync(
+            lambda: tool.preview(**item.kwargs), abandon_on_cancel=True
+        )
+    except Exception as exc:
+        logger.warning("tool_preview_failed", tool=item.call.name, error=repr(exc))
+        return clip(Tool.preview(tool, **item.kwargs), MAX_ERROR_CHARS)
 
 
 async def _replay(
