@@ -1,6 +1,7 @@
 """A separate process for the crash and multi-process tests (run as a script, not collected).
 
-Modes (first argument), each working on the SQLite file named by the second:
+Modes (first argument), each working on the store named by the second: a SQLite file, or
+``postgresql://...#SCHEMA`` for a PostgresStore on that schema:
 
 ``crash DB SESSION``
     Append a conversation, commit one effect, begin another, print ``ready`` and wait to be
@@ -18,9 +19,9 @@ import sys
 
 import anyio
 import anyio.to_thread
+from sessions_helpers import open_store
 
 from fanloop.messages import Message, ToolCallPart, ToolResultPart
-from fanloop.sessions import SQLiteStore
 
 COMMITTED = ToolCallPart(id="call_a", name="write_file", arguments={"path": "a", "text": "1"})
 OPEN = ToolCallPart(id="call_b", name="send_email", arguments={"to": "kim@example.com"})
@@ -32,7 +33,7 @@ def say(line: str) -> None:
 
 
 async def crash(db: str, session_id: str) -> None:
-    store = SQLiteStore(db)
+    store = open_store(db)
     session = await store.open(session_id)
     await session.append(Message.user("write a file, then mail kim"))
     await session.append(Message.assistant("writing", COMMITTED))
@@ -47,7 +48,7 @@ async def crash(db: str, session_id: str) -> None:
 
 
 async def stream(db: str, session_id: str) -> None:
-    session = await SQLiteStore(db).open(session_id)
+    session = await open_store(db).open(session_id)
     i = 0
     while True:
         say(str(await session.append(Message.user(f"m{i}"))))
@@ -55,7 +56,7 @@ async def stream(db: str, session_id: str) -> None:
 
 
 async def writer(db: str, prefix: str, sessions: int, messages: int) -> None:
-    store = SQLiteStore(db)
+    store = open_store(db)
     say("ready")
     assert (await anyio.to_thread.run_sync(sys.stdin.readline)).strip() == "go"
 

@@ -15,6 +15,7 @@ from fanloop.sessions import (
     SessionNotFound,
     _memory,
     _models,
+    _pg_schema,
 )
 
 
@@ -24,6 +25,7 @@ def test_exported_members() -> None:
         "EffectReceipt",
         "EffectStatus",
         "MemoryStore",
+        "PostgresStore",
         "SQLiteStore",
         "Session",
         "SessionConflict",
@@ -39,7 +41,7 @@ def test_exported_members() -> None:
         assert getattr(fanloop.sessions, name).__module__.startswith("fanloop.sessions")
 
 
-@pytest.mark.parametrize("module", [_memory, _models])
+@pytest.mark.parametrize("module", [_memory, _models, _pg_schema])
 def test_doctests(module: object) -> None:
     failed, tried = doctest.testmod(module)  # type: ignore[arg-type]
     assert tried > 0

@@ -1,4 +1,4 @@
-"""The SessionStore contract: every store (memory, SQLite) must pass every test here."""
+"""The SessionStore contract: every store (memory, SQLite, PostgreSQL) must pass every test here."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Real processes on one SQLite file: killed with SIGKILL mid-run, and writing at once.
+"""Real processes on one store (a SQLite file, or a PostgreSQL schema): killed with SIGKILL
+mid-run, and writing at once.
 
 Every wait here is on something the child says on its stdout, never on a timer.
 """
@@ -15,9 +16,10 @@ import anyio
 import pytest
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
+from sessions_helpers import open_store
 
 from fanloop.messages import Message, ToolResultPart
-from fanloop.sessions import EffectStatus, SQLiteStore, arguments_hash
+from fanloop.sessions import EffectStatus, PostgresStore, SQLiteStore, arguments_hash
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs SIGKILL")
 
@@ -62,14 +64,14 @@ async def child(command: list[str], stderr: Path) -> AsyncIterator[Child]:
 
 
 async def test_sigkill_inside_a_dangerous_tool_loses_nothing(
-    db_path: Path, tmp_path: Path, child_command: Command
+    durable_target: str, tmp_path: Path, child_command: Command
 ) -> None:
     with anyio.fail_after(60):
-        async with child(child_command("crash", str(db_path), "s"), tmp_path / "err") as proc:
+        async with child(child_command("crash", durable_target, "s"), tmp_path / "err") as proc:
             assert await proc.line() == "ready", (tmp_path / "err").read_text()
             await proc.kill()
 
-    async with SQLiteStore(db_path) as store:
+    async with open_store(durable_target) as store:
         session = await store.load("s")
         assert [(m.role, m.text) for m in session.messages] == [
             ("user", "write a file, then mail kim"),
@@ -91,17 +93,17 @@ async def test_sigkill_inside_a_dangerous_tool_loses_nothing(
 
         # The operator checks the mail server and records what they found.
         resolved = await session.resolve_effect("call_b", applied=True, note="in the outbox")
-    async with SQLiteStore(db_path) as store:
+    async with open_store(durable_target) as store:
         assert await (await store.load("s")).effects(EffectStatus.RESOLVED_APPLIED) == [resolved]
         assert (await store.list())[0].open_effects == 0
 
 
 async def test_sigkill_mid_stream_keeps_every_acknowledged_append(
-    db_path: Path, tmp_path: Path, child_command: Command
+    durable_target: str, tmp_path: Path, child_command: Command
 ) -> None:
     acknowledged: list[int] = []
     with anyio.fail_after(60):
-        async with child(child_command("stream", str(db_path), "s"), tmp_path / "err") as proc:
+        async with child(child_command("stream", durable_target, "s"), tmp_path / "err") as proc:
             while not acknowledged or acknowledged[-1] < 200:
                 line = await proc.line()
                 assert line, (tmp_path / "err").read_text()
@@ -111,7 +113,7 @@ async def test_sigkill_mid_stream_keeps_every_acknowledged_append(
                 acknowledged.append(int(line))
 
     assert acknowledged == list(range(len(acknowledged)))
-    async with SQLiteStore(db_path) as store:
+    async with open_store(durable_target) as store:
         messages = (await store.load("s")).messages
     # Everything acknowledged is there, in order; at most the one append in flight beyond.
     assert len(acknowledged) <= len(messages) <= len(acknowledged) + 1
@@ -119,16 +121,17 @@ async def test_sigkill_mid_stream_keeps_every_acknowledged_append(
 
 
 async def test_several_processes_and_many_tasks_share_one_file(
-    db_path: Path, tmp_path: Path, child_command: Command
+    durable_target: str, tmp_path: Path, child_command: Command
 ) -> None:
-    """Three processes and this one write to distinct sessions of a brand-new file at once."""
+    """Three processes and this one write to distinct sessions of a brand-new store at once
+    (on PostgreSQL all four create the schema together: the migration lock holds)."""
     sessions, messages = 4, 40
     prefixes = ["p0", "p1", "p2"]
 
     def writer(prefix: str) -> list[str]:
-        return child_command("writer", str(db_path), prefix, str(sessions), str(messages))
+        return child_command("writer", durable_target, prefix, str(sessions), str(messages))
 
-    async def write_here(store: SQLiteStore, name: str) -> None:
+    async def write_here(store: SQLiteStore | PostgresStore, name: str) -> None:
         session = await store.open(name)
         for i in range(messages):
             await session.append(Message.user(f"{name}:{i}"))
@@ -138,7 +141,7 @@ async def test_several_processes_and_many_tasks_share_one_file(
             child(writer("p0"), tmp_path / "e0") as a,
             child(writer("p1"), tmp_path / "e1") as b,
             child(writer("p2"), tmp_path / "e2") as c,
-            SQLiteStore(db_path) as store,
+            open_store(durable_target) as store,
         ):
             children = [a, b, c]
             for proc in children:
@@ -152,7 +155,7 @@ async def test_several_processes_and_many_tasks_share_one_file(
                 assert await proc.line() == "done", (tmp_path / f"e{n}").read_text()
                 assert await proc.process.wait() == 0
 
-    async with SQLiteStore(db_path) as store:
+    async with open_store(durable_target) as store:
         infos = await store.list()
         names = [f"{p}-{s}" for p in [*prefixes, "here"] for s in range(sessions)]
         assert sorted(i.id for i in infos) == sorted(names)

@@ -44,7 +44,13 @@ def _root_option(parser: Any) -> None:
         "--root",
         metavar="DIR",
         help="the workspace: tools work inside it, sessions live in DIR/.fanloop/sessions.db "
-        "(default: the current directory)",
+        "unless --store says otherwise (default: the current directory)",
+    )
+    parser.add_argument(
+        "--store",
+        metavar="DSN|PATH",
+        help="where sessions live: a postgresql:// URL (schema $FANLOOP_STORE_SCHEMA, "
+        "default fanloop) or a SQLite file (default: $FANLOOP_STORE, else under --root)",
     )
 
 

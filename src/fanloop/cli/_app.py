@@ -26,7 +26,7 @@ from .. import Agent, Limits
 from .._delegate import AgentTool, DelegateTool
 from ..errors import ConfigurationError, FanloopError, ProviderError
 from ..providers import Provider, from_env
-from ..sessions import Session, SessionNotFound, SQLiteStore
+from ..sessions import PostgresStore, Session, SessionNotFound, SQLiteStore
 from ._prompt import ApproveMode, Approver, LineReader, stdin_reader
 from ._render import EventObserver, HumanView, JsonView, Style, View, describe_error
 
@@ -43,9 +43,13 @@ __all__ = [
     "RunOutcome",
     "exit_code_for",
     "execute",
+    "is_postgres",
     "make_provider",
+    "make_store",
     "run_command",
     "session_db",
+    "store_label",
+    "store_target",
 ]
 
 EXIT_ERROR = 1
@@ -70,6 +74,51 @@ class CommandError(Exception):
 def session_db(root: str | None) -> Path:
     """``ROOT/.fanloop/sessions.db`` (the current directory when no root is given)."""
     return Path(root or ".") / ".fanloop" / "sessions.db"
+
+
+STORE_ENV = "FANLOOP_STORE"
+SCHEMA_ENV = "FANLOOP_STORE_SCHEMA"
+_POSTGRES = ("postgresql://", "postgres://")
+
+
+def store_target(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> str:
+    """Where the sessions live: ``--store``, else ``$FANLOOP_STORE``, else the SQLite file
+    under ``--root``. A ``postgresql://`` (or ``postgres://``) URL, or a file path."""
+    env = os.environ if environ is None else environ
+    target = getattr(args, "store", None) or env.get(STORE_ENV, "").strip()
+    return target or str(session_db(args.root))
+
+
+def is_postgres(target: str) -> bool:
+    """Whether a store target is a PostgreSQL URL rather than a SQLite file."""
+    return target.lower().startswith(_POSTGRES)
+
+
+def make_store(
+    target: str, environ: Mapping[str, str] | None = None
+) -> SQLiteStore | PostgresStore:
+    """The store a target names: :class:`PostgresStore` for a PostgreSQL URL (in the schema
+    ``$FANLOOP_STORE_SCHEMA``, default ``fanloop``), else :class:`SQLiteStore` on the file.
+
+    Raises:
+        CommandError: with exit code 2 for a bad schema name.
+        ConfigurationError: psycopg is missing, or the URL cannot be parsed.
+    """
+    if not is_postgres(target):
+        return SQLiteStore(os.path.expanduser(target))
+    env = os.environ if environ is None else environ
+    schema = env.get(SCHEMA_ENV, "").strip() or "fanloop"
+    try:
+        return PostgresStore(target, schema=schema)
+    except ValueError as exc:
+        if isinstance(exc, ConfigurationError):
+            raise
+        raise CommandError(f"{SCHEMA_ENV}: {exc}", EXIT_CONFIG) from None
+
+
+def store_label(store: SQLiteStore | PostgresStore) -> str:
+    """The store, printable (a PostgreSQL URL without its password)."""
+    return store.path if isinstance(store, SQLiteStore) else store.location
 
 
 # -- providers --------------------------------------------------------------------------------
@@ -320,12 +369,14 @@ async def _close(provider: Any) -> None:
             await aclose()
 
 
-async def _open_session(store: SQLiteStore, session_id: str | None, *, must_exist: bool) -> Session:
+async def _open_session(
+    store: SQLiteStore | PostgresStore, session_id: str | None, *, must_exist: bool
+) -> Session:
     if must_exist:
         try:
             return await store.load(session_id or "")
         except SessionNotFound:
-            raise CommandError(f"no session {session_id!r} in {store.path}") from None
+            raise CommandError(f"no session {session_id!r} in {store_label(store)}") from None
     return await store.open(session_id)
 
 
@@ -356,7 +407,7 @@ async def cmd_run(args: argparse.Namespace, console: Console) -> int:
     if not prompt.strip():
         raise CommandError("the prompt is empty", EXIT_CONFIG)
     provider = make_provider(args.provider, args.model)
-    store = SQLiteStore(session_db(args.root))
+    store = make_store(store_target(args))
     async with AsyncExitStack() as stack:
         stack.push_async_callback(_close, provider)
         stack.push_async_callback(store.aclose)
@@ -381,7 +432,7 @@ async def cmd_chat(args: argparse.Namespace, console: Console, *, resume: bool =
     dead process left open is finished first.
     """
     provider = make_provider(args.provider, args.model)
-    store = SQLiteStore(session_db(args.root))
+    store = make_store(store_target(args))
     async with AsyncExitStack() as stack:
         stack.push_async_callback(_close, provider)
         stack.push_async_callback(store.aclose)

@@ -5,12 +5,20 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import time
 from typing import Any
 
 from ..messages import TextPart, ThinkingPart, ToolCallPart, ToolResultPart
-from ..sessions import EffectConflict, EffectReceipt, Session, SessionNotFound, SQLiteStore
-from ._app import CommandError, Console, session_db
+from ..sessions import (
+    EffectConflict,
+    EffectReceipt,
+    PostgresStore,
+    Session,
+    SessionNotFound,
+    SQLiteStore,
+)
+from ._app import CommandError, Console, is_postgres, make_store, store_label, store_target
 from ._render import format_call
 
 __all__ = ["cmd_effects", "cmd_list", "cmd_resolve", "cmd_show"]
@@ -20,23 +28,29 @@ def _when(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts)) if ts else "-"
 
 
-def _store(args: argparse.Namespace) -> SQLiteStore | None:
-    """The session store under ``--root``; ``None`` when it was never created."""
-    path = session_db(args.root)
-    return SQLiteStore(path) if path.exists() else None
+Store = SQLiteStore | PostgresStore
+
+
+def _store(args: argparse.Namespace) -> Store | None:
+    """The session store (``--store``, ``$FANLOOP_STORE`` or under ``--root``); ``None``
+    when it is a SQLite file that was never created (looking does not create it)."""
+    target = store_target(args)
+    if not is_postgres(target) and not os.path.exists(os.path.expanduser(target)):
+        return None
+    return make_store(target)
 
 
 def _json_line(console: Console, data: Any) -> None:
     console.out.write(json.dumps(data, default=str, ensure_ascii=False) + "\n")
 
 
-async def _load(store: SQLiteStore | None, args: argparse.Namespace, session_id: str) -> Session:
+async def _load(store: Store | None, args: argparse.Namespace, session_id: str) -> Session:
     if store is None:
-        raise CommandError(f"no session {session_id!r}: {session_db(args.root)} does not exist")
+        raise CommandError(f"no session {session_id!r}: {store_target(args)} does not exist")
     try:
         return await store.load(session_id)
     except SessionNotFound:
-        raise CommandError(f"no session {session_id!r} in {store.path}") from None
+        raise CommandError(f"no session {session_id!r} in {store_label(store)}") from None
 
 
 async def cmd_list(args: argparse.Namespace, console: Console) -> int:
@@ -44,7 +58,7 @@ async def cmd_list(args: argparse.Namespace, console: Console) -> int:
     store = _store(args)
     if store is None:
         if not args.json:
-            console.info(f"no sessions yet ({session_db(args.root)} does not exist)")
+            console.info(f"no sessions yet ({store_target(args)} does not exist)")
         return 0
     try:
         infos = await store.list()

@@ -12,7 +12,9 @@ A :class:`Session` persists every message as it is appended and keeps a receipt 
 dangerous tool call (written ``started`` before the tool runs, ``committed`` after), so a
 process that dies loses nothing already done and a resumed run knows which effects are
 uncertain. Stores are pluggable behind the :class:`SessionStore` protocol; fanloop ships
-:class:`MemoryStore` and :class:`SQLiteStore`. See ``docs/sessions.md``.
+:class:`MemoryStore`, :class:`SQLiteStore` and :class:`PostgresStore` (extra
+``fanloop[postgres]``; psycopg is imported when a store is made, not here). See
+``docs/sessions.md``.
 """
 
 from ._errors import EffectConflict, SessionConflict, SessionError, SessionNotFound
@@ -25,6 +27,7 @@ from ._models import (
     arguments_hash,
     new_session_id,
 )
+from ._postgres import PostgresStore
 from ._session import Session
 from ._sqlite import SQLiteStore
 from ._store import SessionStore
@@ -34,6 +37,7 @@ __all__ = [
     "EffectReceipt",
     "EffectStatus",
     "MemoryStore",
+    "PostgresStore",
     "SQLiteStore",
     "Session",
     "SessionConflict",

@@ -1,0 +1,299 @@
+"""PostgresStore: sessions in PostgreSQL, shared by any number of processes and machines.
+
+Each method is one transaction, committed (with ``synchronous_commit=on`` unless the DSN turns
+it off) before the coroutine returns. An append is a single statement: the optimistic check on
+``message_count`` and the new rows together, so two writers racing for the same index are
+serialised by the row lock and the loser sees the winner's count (``SessionConflict``).
+``_pg_pool.py`` holds the connection side (pool, migrations, timeouts), ``_pg_schema.py`` the
+tables and the SQL text.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import anyio.to_thread
+
+from ..messages import Message
+from ._errors import SessionConflict, SessionNotFound
+from ._memory import _merged
+from ._models import (
+    EffectReceipt,
+    EffectStatus,
+    SessionInfo,
+    SessionRecord,
+    new_session_id,
+    title_of,
+)
+from ._pg_pool import Database, scalar
+from ._pg_schema import Statements
+from ._session import Session
+from ._sqlite import _receipt, _receipt_row
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+
+__all__ = ["PostgresStore"]
+
+_DECODE_INLINE = 256 * 1024
+"""Characters of stored JSON decoded on the event loop; a larger session goes to a thread."""
+
+
+class PostgresStore:
+    """A :class:`SessionStore` in a PostgreSQL database (extra: ``fanloop[postgres]``).
+
+    Any number of stores, in any number of processes, may use the same database and schema
+    at once: any of them can open, append to and resume any session, and receipts work as
+    with :class:`SQLiteStore`. The schema and its tables are created (or migrated) on first
+    use, under an advisory lock, so processes starting together do not race.
+
+    Use one store from one event loop; close it with :meth:`aclose` or ``async with``.
+
+    Example:
+        >>> store = PostgresStore("postgresql://127.0.0.1:5432/test")  # doctest: +SKIP
+        >>> session = await store.open("support-42")                   # doctest: +SKIP
+
+    Args:
+        dsn: a libpq connection string: ``postgresql://user@host:5432/db`` or
+            ``"host=... dbname=..."``. Passwords are never shown in messages.
+        schema: the PostgreSQL schema holding the tables (created if missing).
+        connect_timeout: seconds to connect, and to wait for a free pooled connection.
+        statement_timeout: seconds any statement may run (or wait for a lock) on the server.
+        max_connections: the most connections the store's pool opens.
+
+    Raises:
+        ConfigurationError: psycopg is not installed, or ``dsn`` cannot be parsed.
+        ValueError: a bad schema name, timeout or pool size.
+
+    Attributes:
+        schema: the PostgreSQL schema.
+        location: where the sessions live, printable: the DSN without its password, and
+            the schema.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = "fanloop",
+        connect_timeout: float = 10.0,
+        statement_timeout: float = 30.0,
+        max_connections: int = 10,
+    ) -> None:
+        self._db = Database(
+            dsn,
+            schema=schema,
+            connect_timeout=connect_timeout,
+            statement_timeout=statement_timeout,
+            max_connections=max_connections,
+        )
+        self.schema = schema
+        self.location = self._db.location
+        self._sql = Statements.build(self._db.quoted)
+        self._run = self._db.run
+
+    def __repr__(self) -> str:
+        return f"<PostgresStore {self.location}>"
+
+    async def __aenter__(self) -> PostgresStore:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # -- what applications call ------------------------------------------------------------
+
+    async def open(self, session_id: str | None = None) -> Session:
+        """The session with this id, created empty if it does not exist."""
+        return Session(self, await self.open_record(session_id or new_session_id()))
+
+    async def load(self, session_id: str) -> Session:
+        """The existing session with this id (:class:`SessionNotFound` if none)."""
+        return Session(self, await self.read_record(session_id))
+
+    async def delete(self, session_id: str) -> None:
+        """Delete a session with its messages and receipts."""
+
+        async def delete(conn: AsyncConnection[Any]) -> None:
+            if (await conn.execute(self._sql.delete, (session_id,))).rowcount == 0:
+                raise SessionNotFound(session_id)
+
+        await self._run(delete)
+
+    async def aclose(self) -> None:
+        """Close the pool; the store cannot be used afterwards."""
+        await self._db.aclose()
+
+    # -- what Session calls ----------------------------------------------------------------
+
+    async def open_record(self, session_id: str) -> SessionRecord:
+        """Create the session if needed and return what is stored."""
+        if not session_id:
+            raise ValueError("a session id cannot be empty")
+
+        async def open_(conn: AsyncConnection[Any]) -> tuple[Any, ...]:
+            await conn.execute(self._sql.open, (session_id,))
+            return await self._fetch_record(conn, session_id)
+
+        return await _record(session_id, await self._run(open_, transaction=True))
+
+    async def read_record(self, session_id: str) -> SessionRecord:
+        """What is stored for the session."""
+        row = await self._run(lambda conn: self._fetch_record(conn, session_id))
+        return await _record(session_id, row)
+
+    async def append_messages(
+        self, session_id: str, start: int, messages: Sequence[Message]
+    ) -> None:
+        """Store ``messages`` from index ``start`` (:class:`SessionConflict` if taken)."""
+        params = _message_params(session_id, start, messages)
+        statement = self._sql.append if messages else self._sql.touch
+
+        async def append(conn: AsyncConnection[Any]) -> None:
+            cursor = await conn.execute(statement, params)
+            if cursor.rowcount == max(1, len(messages)):
+                return
+            count = await scalar(conn, self._sql.count, (session_id,))
+            if count is None:
+                raise SessionNotFound(session_id)
+            raise SessionConflict(
+                f"session {session_id!r} holds {count} messages, not {start}: "
+                "another writer changed it",
+                session_id=session_id,
+            )
+
+        await self._run(append)
+
+    async def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:
+        """Replace the whole history in one transaction."""
+        params = _message_params(session_id, 0, messages)
+
+        async def replace(conn: AsyncConnection[Any]) -> None:
+            if (await conn.execute(self._sql.replace_head, params)).rowcount != 1:
+                raise SessionNotFound(session_id)
+            await conn.execute(self._sql.replace_clear, params)
+            await conn.execute(self._sql.insert_messages, params)
+
+        await self._run(replace, transaction=True)
+
+    async def update_metadata(self, session_id: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+        """Merge ``changes`` into the metadata; ``None`` removes a key."""
+
+        async def update(conn: AsyncConnection[Any]) -> dict[str, Any]:
+            stored = await scalar(conn, self._sql.metadata_for_update, (session_id,))
+            if stored is None:
+                raise SessionNotFound(session_id)
+            metadata = _merged(json.loads(stored), changes)
+            await conn.execute(self._sql.metadata_set, (json.dumps(metadata), session_id))
+            return metadata
+
+        return await self._run(update, transaction=True)
+
+    async def add_receipt(self, receipt: EffectReceipt) -> EffectReceipt:
+        """Insert ``receipt`` unless its call id has one; return the stored receipt."""
+
+        async def add(conn: AsyncConnection[Any]) -> EffectReceipt:
+            await self._require(conn, receipt.session_id)
+            await conn.execute(self._sql.add_receipt, _receipt_row(receipt))
+            stored = await self._get_receipt(conn, receipt.session_id, receipt.call_id)
+            assert stored is not None
+            return stored
+
+        return await self._run(add, transaction=True)
+
+    async def update_receipt(
+        self, receipt: EffectReceipt, *, expected: EffectStatus
+    ) -> EffectReceipt | None:
+        """Overwrite the stored receipt if its status is ``expected``; return the stored one."""
+        session_id, call_id, *values = _receipt_row(receipt)
+
+        async def update(conn: AsyncConnection[Any]) -> EffectReceipt | None:
+            await self._require(conn, session_id)
+            await conn.execute(
+                self._sql.update_receipt, (*values, session_id, call_id, expected.value)
+            )
+            return await self._get_receipt(conn, session_id, call_id)
+
+        return await self._run(update, transaction=True)
+
+    async def get_receipt(self, session_id: str, call_id: str) -> EffectReceipt | None:
+        """The receipt for this call id, if any."""
+        return await self._run(lambda conn: self._get_receipt(conn, session_id, call_id))
+
+    async def list_receipts(
+        self, session_id: str, status: EffectStatus | None = None
+    ) -> builtins.list[EffectReceipt]:
+        """The session's receipts, oldest first."""
+        params: tuple[str, ...]
+        if status is None:
+            statement, params = self._sql.list_receipts, (session_id,)
+        else:
+            statement, params = self._sql.list_receipts_with_status, (status.value, session_id)
+
+        async def list_(conn: AsyncConnection[Any]) -> builtins.list[EffectReceipt]:
+            rows = await (await conn.execute(statement, params)).fetchall()
+            if not rows:
+                raise SessionNotFound(session_id)
+            return [_receipt(row) for row in rows if row[1] is not None]
+
+        return await self._run(list_)
+
+    async def list(self) -> builtins.list[SessionInfo]:
+        """Every session, the most recently updated first."""
+
+        async def list_(conn: AsyncConnection[Any]) -> builtins.list[SessionInfo]:
+            rows = await (await conn.execute(self._sql.list)).fetchall()
+            return [
+                SessionInfo(sid, created, updated, count, title_of(json.loads(meta)), open_)
+                for sid, created, updated, count, meta, open_ in rows
+            ]
+
+        return await self._run(list_)
+
+    # -- helpers, on a connection the caller holds ------------------------------------------
+
+    async def _fetch_record(self, conn: AsyncConnection[Any], session_id: str) -> tuple[Any, ...]:
+        row = await (await conn.execute(self._sql.read, (session_id,))).fetchone()
+        if row is None:
+            raise SessionNotFound(session_id)
+        return tuple(row)
+
+    async def _require(self, conn: AsyncConnection[Any], session_id: str) -> None:
+        if await (await conn.execute(self._sql.exists, (session_id,))).fetchone() is None:
+            raise SessionNotFound(session_id)
+
+    async def _get_receipt(
+        self, conn: AsyncConnection[Any], session_id: str, call_id: str
+    ) -> EffectReceipt | None:
+        statement = self._sql.get_receipt
+        row = await (await conn.execute(statement, (call_id, session_id))).fetchone()
+        if row is None:
+            raise SessionNotFound(session_id)
+        return None if row[1] is None else _receipt(row)
+
+
+async def _record(session_id: str, row: tuple[Any, ...]) -> SessionRecord:
+    """Decode a fetched session (in a worker thread when it is large, as SQLiteStore does, so
+    a long history does not hold the event loop), after its connection went back to the pool."""
+    created, updated, metadata, texts = row
+
+    def decode() -> SessionRecord:
+        messages = tuple(Message.model_validate_json(text) for text in texts)
+        return SessionRecord(session_id, messages, json.loads(metadata), created, updated)
+
+    if sum(map(len, texts)) + len(metadata) < _DECODE_INLINE:
+        return decode()
+    return await anyio.to_thread.run_sync(decode)
+
+
+def _message_params(session_id: str, start: int, messages: Sequence[Message]) -> dict[str, Any]:
+    return {
+        "id": session_id,
+        "start": start,
+        "end": start + len(messages),
+        "roles": [m.role for m in messages],
+        "jsons": [m.model_dump_json() for m in messages],
+    }
