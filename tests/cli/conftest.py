@@ -13,6 +13,8 @@ from cli_helpers import Terminal
 from fanloop.testing import FakeLLMServer
 
 _SCRUB = (
+    "FANLOOP_STORE",
+    "FANLOOP_STORE_SCHEMA",
     "HTTP_PROXY",
     "HTTPS_PROXY",
     "ALL_PROXY",

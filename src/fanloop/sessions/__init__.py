@@ -17,6 +17,7 @@ uncertain. Stores are pluggable behind the :class:`SessionStore` protocol; fanlo
 ``docs/sessions.md``.
 """
 
+from .._approvals import PendingApproval, pending_approvals
 from ._errors import EffectConflict, SessionConflict, SessionError, SessionNotFound
 from ._memory import MemoryStore
 from ._models import (
@@ -37,6 +38,7 @@ __all__ = [
     "EffectReceipt",
     "EffectStatus",
     "MemoryStore",
+    "PendingApproval",
     "PostgresStore",
     "SQLiteStore",
     "Session",
@@ -48,4 +50,5 @@ __all__ = [
     "SessionStore",
     "arguments_hash",
     "new_session_id",
+    "pending_approvals",
 ]
