@@ -169,8 +169,7 @@ def check_answers(session: Session, approvals: Mapping[str, Answer] | None) -> N
     for call_id, answer in approvals.items():
         if not isinstance(answer, bool | str):
             raise ApprovalError(
-                f"the answer for {call_id!r} must be True, False or a reason string, "
-                f"got {answer!r}"
+                f"the answer for {call_id!r} must be True, False or a reason string, got {answer!r}"
             )
 
 

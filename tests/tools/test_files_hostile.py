@@ -36,7 +36,7 @@ from fanloop.tools import (
     ReadFileTool,
     Tool,
     WriteFileTool,
-    files,
+    _grep,
 )
 from fanloop.tools._blocking import Stop
 from fanloop.tools._fsafe import Budget, walk
@@ -93,12 +93,12 @@ async def test_the_search_gives_its_partial_matches_marked(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (ws / "a.txt").write_text("needle aab\n" * 3 + ("a" * 60 + "b\n") * 100)
-    monkeypatch.setattr(files, "_LINE_SECONDS", 0.1)  # the time one search of a line may take
+    monkeypatch.setattr(_grep, "_LINE_SECONDS", 0.1)  # the time one search of a line may take
     with anyio.fail_after(5):
         text = (await GrepTool(root=ws).run(pattern="needle|(a|aa)+$")).content
     assert text.startswith("a.txt:1: needle aab\na.txt:2: needle aab\na.txt:3: needle aab\n")
     assert "the search stopped: the pattern took over 0.1 s on each of 5 lines" in text
-    monkeypatch.setattr(files, "_MAX_SLOW_LINES", 10**6)  # hopeless lines are skipped on
+    monkeypatch.setattr(_grep, "_MAX_SLOW_LINES", 10**6)  # hopeless lines are skipped on
     started = time.monotonic()
     with anyio.fail_after(2.0):  # a caller deadline: the partial result comes back before it
         text = (await GrepTool(root=ws).run(pattern="needle|(a|aa)+$")).content
