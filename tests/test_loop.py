@@ -479,6 +479,7 @@ async def test_every_termination_reason_has_its_string_value() -> None:
         "provider_error",
         "effect_outcome_uncertain",
         "awaiting_approval",
+        "output_invalid",
         "unknown",
     }
 

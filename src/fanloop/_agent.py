@@ -6,16 +6,19 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from types import UnionType
+from typing import TYPE_CHECKING, Any, Generic
 
 import anyio
+from typing_extensions import Self, TypeVar
 
 from ._approvals import check_no_pending
 from ._dispatch import Emitter, build_table
 from ._fanout import LimiterPool
 from ._log import bind, logger, unbind
 from ._model import Invoker, make_invoker
-from ._result import RunResult, TerminationReason
+from ._output import FINAL_TOOL, OutputMode, OutputSpec, OutputValidator
+from ._result import OutputT, RunResult, TerminationReason
 from ._retry import RetryPolicy
 from ._run import CLEANUP_GRACE, RunState
 from .catalog import model_info
@@ -39,8 +42,11 @@ ConfirmFn = Callable[..., "Awaitable[bool | str | object] | bool | str | object"
 ``False``, a reason string, or :data:`fanloop.DEFER`."""
 Prompt = str | Message | Sequence[TextPart]
 
+DepsT = TypeVar("DepsT", default=Any)
+"""The type of ``deps`` the agent's tools receive in their :class:`RunContext`."""
 
-class Agent:
+
+class Agent(Generic[DepsT, OutputT]):
     """An agent: a provider, a system prompt, tools, and the rules of the loop.
 
     An ``Agent`` is immutable configuration, cheap to make and safe to share: any number of
@@ -89,6 +95,17 @@ class Agent:
         delegate_tools: the tools a delegated sub-agent gets (default: this agent's own
             read-only built-in tools, or read-only tools rooted at ``workspace``).
         workspace: the root directory for file tools, memory and skills (default: the cwd).
+        output_type: what the answer must be: a pydantic model, a dataclass, a TypedDict, a
+            primitive, ``list[...]`` or a union of them (default ``str``: the text). The
+            validated value is ``result.output``.
+        output_retries: how many answers that fail validation go back to the model (with
+            the errors) before the run ends with ``output_invalid``.
+        output_validators: checks of the validated value, ``fn(output)`` or
+            ``fn(ctx, output)``, sync or async; one may raise
+            :class:`~fanloop.errors.ModelRetry` to send the answer back, or return a
+            corrected value.
+        output_mode: ``"auto"`` (the provider's native structured output where it has one,
+            else a ``final_result`` tool), ``"tool"`` or ``"native"``.
     """
 
     __slots__ = (
@@ -115,7 +132,9 @@ class Agent:
         "memory",
         "model",
         "name",
+        "native_output",
         "observer",
+        "output",
         "provider",
         "provider_name",
         "retry",
@@ -157,6 +176,8 @@ class Agent:
     max_tokens_ceiling: int
     max_tool_result_chars: int | None
     hosted_tools: tuple[HostedTool, ...]
+    output: OutputSpec
+    native_output: bool
     limiters: LimiterPool
     tools: dict[str, Tool]
     tool_specs: tuple[ToolSpec, ...]
@@ -198,6 +219,10 @@ class Agent:
         max_depth: int = 1,
         delegate_tools: Iterable[Tool] | None = None,
         workspace: str | None = None,
+        output_type: type[OutputT] | UnionType = str,  # type: ignore[assignment]
+        output_retries: int = 1,
+        output_validators: Iterable[OutputValidator] = (),
+        output_mode: OutputMode = "auto",
         client: Provider | None = None,
         _limiters: LimiterPool | None = None,
     ) -> None:
@@ -276,7 +301,16 @@ class Agent:
             _limiters.keys.update(concurrency_limits)
         set_("limiters", _limiters)
 
+        spec = OutputSpec(
+            output_type, retries=output_retries, validators=output_validators, mode=output_mode
+        )
+        native = _native_output(spec, provider)
+        set_("output", spec)
+        set_("native_output", native)
+
         all_tools = [t if isinstance(t, Tool) else tool(t) for t in tools]
+        if not spec.is_text and not native:
+            all_tools.append(spec.tool())
         system_parts = [system] if system else []
         if delegation and max_depth > 0:
             from ._delegate import DelegateTool
@@ -332,7 +366,9 @@ class Agent:
                 await close()
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> Agent:
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, **options: Any
+    ) -> Agent[Any, Any]:
         """An agent on the provider that ``LLM_PROVIDER`` / ``LLM_MODEL`` and the usual key
         variables describe (see :func:`fanloop.providers.from_env`); ``options`` are the other
         constructor arguments. The agent owns that provider: close it with ``with`` /
@@ -343,7 +379,7 @@ class Agent:
         object.__setattr__(agent, "_owns_provider", True)
         return agent
 
-    def __enter__(self) -> Agent:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -353,7 +389,7 @@ class Agent:
 
             run_blocking(self.aclose)
 
-    async def __aenter__(self) -> Agent:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -408,7 +444,7 @@ class Agent:
             caps.append((f"key:{t.concurrency_key}", self.limiters.keys[t.concurrency_key]))
         return tuple(caps)
 
-    def with_options(self, **changes: Any) -> Agent:
+    def with_options(self, **changes: Any) -> Agent[Any, Any]:
         """A copy of this agent with some constructor arguments changed."""
         provider = changes.pop("provider", self.provider)
         current: dict[str, Any] = {
@@ -436,6 +472,10 @@ class Agent:
             "max_tool_result_chars": self.max_tool_result_chars,
             "max_depth": self.max_depth,
             "workspace": self.workspace,
+            "output_type": self.output.output_type,
+            "output_retries": self.output.retries,
+            "output_validators": [fn for _, fn in self.output.validators],
+            "output_mode": self.output.mode,
             "_limiters": self.limiters,
         }
         current.update(changes)
@@ -450,7 +490,7 @@ class Agent:
         messages: Sequence[Message] | None = None,
         session: Session | None = None,
         deps: Any = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """Run the loop on ``prompt`` until the model answers or a limit ends it.
 
         Args:
@@ -477,7 +517,7 @@ class Agent:
         buffer: int = 64,
         resume: bool = False,
         approvals: Mapping[str, bool | str] | None = None,
-    ) -> RunStream:
+    ) -> RunStream[OutputT]:
         """Run as :meth:`run`, yielding the run's events as they happen.
 
         Use it as ``async with agent.stream("...") as run: async for event in run: ...``;
@@ -509,7 +549,7 @@ class Agent:
         messages: Sequence[Message] | None = None,
         session: Session | None = None,
         deps: Any = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """:meth:`run` for scripts: runs and returns. Not for async code (``await run()``).
 
         Every ``run_sync`` call in a process runs on one event loop kept in a background
@@ -535,7 +575,7 @@ class Agent:
         *,
         approvals: Mapping[str, bool | str] | None = None,
         deps: Any = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """Go on with the turn left open in ``session``: parked for approval, or cut short.
 
         A batch parked by ``confirm`` returning :data:`~fanloop.DEFER` (the run ended with
@@ -586,7 +626,7 @@ class Agent:
         parent: RunState | None = None,
         parent_call_id: str | None = None,
         before: Callable[[RunState], Awaitable[RunResult | None]] | None = None,
-    ) -> RunResult:
+    ) -> RunResult[Any]:
         if session is not None and messages is not None:
             raise ConfigurationError("pass messages= or session=, not both")
         if session is not None and before is None:
@@ -626,7 +666,7 @@ class Agent:
         before: Callable[[RunState], Awaitable[RunResult | None]] | None,
         root: bool,
         session: Session | None,
-    ) -> RunResult:
+    ) -> RunResult[Any]:
         emitter = run.emitter
         observer = self.observer if root else None
         result: RunResult | None = None
@@ -698,7 +738,7 @@ class Agent:
                     )
         return result
 
-    async def _loop(self, run: RunState, *, deadline: bool) -> RunResult:
+    async def _loop(self, run: RunState, *, deadline: bool) -> RunResult[Any]:
         from ._loop import run_loop
 
         timeout = self.limits.timeout
@@ -714,7 +754,7 @@ class Agent:
         return result
 
 
-_AUTO_TOOLS = frozenset({"delegate", "remember", "read_skill"})
+_AUTO_TOOLS = frozenset({"delegate", "remember", "read_skill", FINAL_TOOL})
 
 FINAL_EVENT_GRACE = CLEANUP_GRACE
 """Seconds the final ``run_finished`` event may take to deliver once the run is cancelled."""
@@ -730,6 +770,19 @@ def _user_message(prompt: Prompt) -> Message:
     if isinstance(prompt, str):
         return Message.user(prompt)
     return Message(role="user", content=tuple(prompt))
+
+
+def _native_output(spec: OutputSpec, provider: Any) -> bool:
+    """Whether typed answers use the provider's native structured output."""
+    if spec.is_text or spec.mode == "tool":
+        return False
+    supported = bool(getattr(provider, "native_output", False))
+    if spec.mode == "native" and not supported:
+        raise ConfigurationError(
+            f"provider {getattr(provider, 'name', provider)!r} has no native structured "
+            "output; use output_mode='tool' or 'auto'"
+        )
+    return supported
 
 
 def _resume_step(

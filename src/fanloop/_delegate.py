@@ -47,7 +47,7 @@ def _outcome(result: RunResult) -> ToolResult:
     return ToolResult(f"{note}.\n{result.text}".rstrip(), is_error=not result.text)
 
 
-async def run_subagent(agent: Agent, task: str) -> ToolResult:
+async def run_subagent(agent: Agent[Any, Any], task: str) -> ToolResult:
     """Run ``agent`` on ``task`` as a sub-agent of the run calling this tool."""
     try:
         ctx = current_context()
@@ -78,7 +78,7 @@ class DelegateTool(Tool):
         self._system = system
         self._fallback: dict[str | None, tuple[Tool, ...]] = {}
 
-    def _tools_for_children(self, parent: Agent) -> tuple[Tool, ...]:
+    def _tools_for_children(self, parent: Agent[Any, Any]) -> tuple[Tool, ...]:
         """The sub-agent's tools: never more reach than the parent has.
 
         Explicit ``delegate_tools`` win. Otherwise the parent's own read-only built-in tools
@@ -147,7 +147,7 @@ class AgentTool(Tool):
 
     def __init__(
         self,
-        agent: Agent,
+        agent: Agent[Any, Any],
         *,
         name: str | None = None,
         description: str | None = None,

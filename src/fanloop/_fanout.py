@@ -31,7 +31,7 @@ import anyio
 from ._approvals import DEFER, Parked
 from ._log import logger
 from ._run import CLEANUP_GRACE
-from .errors import ToolError
+from .errors import ModelRetry, ToolError
 from .events import (
     ApprovalRequested,
     ApprovalResolved,
@@ -440,7 +440,7 @@ async def _execute(
         else:
             value = await _invoke(run, tool, item.kwargs)
         result = to_result(value)
-    except ToolError as exc:
+    except (ToolError, ModelRetry) as exc:
         result = ToolResult(str(exc), is_error=True)
     except TimeoutError:
         result = ToolResult(

@@ -43,10 +43,10 @@ async def run_loop(run: RunState) -> RunResult:
         turn = await distinct_call_ids(run, turn)
         if turn.content:
             await run.append(turn.to_message())
-        calls = turn.tool_calls
-        if (ending := final_answer(turn, calls)) is not None:
+        if (ending := await final_answer(run, turn)) is not None:
             return run.result(ending.reason, text=ending.text, detail=ending.detail)
-        await run_tools(run, calls)
+        if turn.tool_calls:
+            await run_tools(run, turn.tool_calls)
 
 
 def round_entry_guards(run: RunState) -> Ending | None:
@@ -62,11 +62,12 @@ def round_entry_guards(run: RunState) -> Ending | None:
     return None
 
 
-def final_answer(response: ModelResponse, calls: Sequence[ToolCallPart]) -> Ending | None:
-    """The ending a response without tool calls brings (``None`` when tools are to run)."""
+async def final_answer(run: RunState, response: ModelResponse) -> Ending | None:
+    """The ending a response brings; ``None`` when the loop goes on (tools to run, or an
+    answer that failed the output type, sent back to be fixed)."""
     if response.stop_reason is StopReason.REFUSAL:
         return Ending(TerminationReason.MODEL_REFUSAL, text=refusal_text(response))
-    if calls:
+    if response.tool_calls:
         return None
     if response.stop_reason is StopReason.MAX_TOKENS:
         return Ending(
@@ -74,7 +75,7 @@ def final_answer(response: ModelResponse, calls: Sequence[ToolCallPart]) -> Endi
             text=response.text,
             detail="the answer was cut off at the output token limit",
         )
-    return Ending(TerminationReason.COMPLETED, text=response.text)
+    return await run.agent.output.finish(run, response, run.agent.native_output)
 
 
 async def run_tools(

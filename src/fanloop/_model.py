@@ -226,7 +226,9 @@ async def call_model(run: RunState, request: ModelRequest) -> ModelResponse:
     policy = agent.retry
     emitter = run.emitter
     emit = emitter.emit
-    deltas = emit if emitter.wants_deltas else None
+    deltas: Emit | None = emit if emitter.wants_deltas else None
+    if deltas is not None and not agent.output.is_text and emitter.wants("output_partial"):
+        deltas = agent.output.partial_emitter(emit, agent.native_output)
     attempt = 0
     while True:
         attempt += 1

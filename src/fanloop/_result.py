@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Generic
 
 from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import TypeVar
 
 from ._approvals import PendingApproval
 from .messages import Message
 from .providers._types import Usage
 
-__all__ = ["RunResult", "TerminationReason"]
+__all__ = ["OutputT", "RunResult", "TerminationReason"]
+
+OutputT = TypeVar("OutputT", default=str)
+"""The type of a run's typed answer (``Agent(output_type=...)``); ``str`` by default."""
 
 
 class TerminationReason(StrEnum):
@@ -30,6 +35,7 @@ class TerminationReason(StrEnum):
     PROVIDER_ERROR = "provider_error"
     EFFECT_OUTCOME_UNCERTAIN = "effect_outcome_uncertain"
     AWAITING_APPROVAL = "awaiting_approval"
+    OUTPUT_INVALID = "output_invalid"
     UNKNOWN = "unknown"
 
     # lower-case aliases, so ``TerminationReason.max_turns == "max_turns"`` reads as in the docs
@@ -47,14 +53,18 @@ class TerminationReason(StrEnum):
     provider_error = "provider_error"
     effect_outcome_uncertain = "effect_outcome_uncertain"
     awaiting_approval = "awaiting_approval"
+    output_invalid = "output_invalid"
     unknown = "unknown"
 
 
-class RunResult(BaseModel):
+class RunResult(BaseModel, Generic[OutputT]):
     """The outcome of one run.
 
     Attributes:
-        text: the final answer (for a refusal, an honest sentence naming the category).
+        output: the answer as the agent's ``output_type``, validated (``str``, the default:
+            the same as ``text``). ``None`` when the run ended without a valid answer.
+        text: the final answer (for a refusal, an honest sentence naming the category; for a
+            typed answer, its JSON).
         messages: the whole conversation, including what the run added.
         usage: tokens spent by the run, sub-agents included.
         turns: model rounds taken.
@@ -71,6 +81,7 @@ class RunResult(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True)
+    output: OutputT = None  # type: ignore[assignment]
     text: str = ""
     messages: tuple[Message, ...] = ()
     usage: Usage = Field(default_factory=Usage)

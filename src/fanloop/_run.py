@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from ._approvals import Parked, PendingApproval
     from .sessions import Session
 
+_NO_OUTPUT: Any = object()
+
 CLEANUP_GRACE = 5.0
 """Seconds that work shielded from a run's cancellation (persisting the last results, the
 final event) may take: past it the run ends anyway, so nothing can make it uncancellable."""
@@ -46,6 +48,8 @@ class RunState:
         "max_tokens",
         "messages",
         "new_message_index",
+        "output",
+        "output_failures",
         "parent",
         "parked",
         "pending",
@@ -62,7 +66,7 @@ class RunState:
 
     def __init__(
         self,
-        agent: Agent,
+        agent: Agent[Any, Any],
         emitter: Emitter,
         budget: Budget,
         *,
@@ -97,10 +101,17 @@ class RunState:
         self.parked: Parked | None = None  # a batch stopped for a person (see _approvals)
         self.pending: tuple[PendingApproval, ...] = ()
         self.decisions: dict[str, bool | str] = {}  # approvals a resumed batch was given
+        self.output: Any = _NO_OUTPUT  # the validated typed answer, once there is one
+        self.output_failures = 0
 
     @property
     def elapsed(self) -> float:
         return time.monotonic() - self.started
+
+    @property
+    def output_set(self) -> bool:
+        """Whether a valid typed answer was accepted."""
+        return self.output is not _NO_OUTPUT
 
     # -- conversation ----------------------------------------------------------------------
 
@@ -189,9 +200,18 @@ class RunState:
         self, reason: TerminationReason, *, text: str | None = None, detail: str | None = None
     ) -> RunResult:
         """The :class:`RunResult` of this run as it stands."""
+        spec = self.agent.output
         if text is None:
-            text = _last_text(self.messages, self.new_message_index)
+            if self.output_set and not spec.is_text:
+                text = spec.dump(self.output)
+            else:
+                text = _last_text(self.messages, self.new_message_index)
+        if spec.is_text:
+            output: Any = text
+        else:
+            output = self.output if self.output_set else None
         return RunResult.model_construct(
+            output=output,
             text=text,
             messages=tuple(self.messages),
             usage=self.usage,

@@ -5,19 +5,19 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any
+from typing import Any, Generic
 
 import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from ._result import RunResult
+from ._result import OutputT, RunResult
 from .events import Event
 
 __all__ = ["RunStream"]
 
 
-class RunStream:
+class RunStream(Generic[OutputT]):
     """A run in progress, streaming its events.
 
     ::
@@ -43,7 +43,7 @@ class RunStream:
     ) -> None:
         self._execute = execute
         self._buffer = buffer
-        self._result: RunResult | None = None
+        self._result: RunResult[Any] | None = None
         self._error: BaseException | None = None
         self._error_raised = False
         self._tg: TaskGroup | None = None
@@ -52,7 +52,7 @@ class RunStream:
         self._recv: MemoryObjectReceiveStream[Event] | None = None
 
     @property
-    def result(self) -> RunResult:
+    def result(self) -> RunResult[OutputT]:
         """The :class:`~fanloop.RunResult`, once the run has ended."""
         if self._result is None:
             raise RuntimeError("the run has not finished yet; iterate the stream to the end")
@@ -63,7 +63,7 @@ class RunStream:
         """Whether the run has ended."""
         return self._result is not None
 
-    async def __aenter__(self) -> RunStream:
+    async def __aenter__(self) -> RunStream[OutputT]:
         self._send, self._recv = anyio.create_memory_object_stream[Event](self._buffer)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
@@ -92,7 +92,7 @@ class RunStream:
                 await self._send.send(event)  # full: wait for the consumer (backpressure)
             # (a consumer that left is cancelling the run: the event is dropped)
 
-    def __aiter__(self) -> RunStream:
+    def __aiter__(self) -> RunStream[OutputT]:
         return self
 
     async def __anext__(self) -> Event:

@@ -10,6 +10,7 @@ retry_after=0.1)``.
     FanloopError
      ├── ConfigurationError          bad agent/provider configuration (also a ValueError)
      ├── ToolError                   raised by a tool: becomes an error result the model sees
+     ├── ModelRetry                  raised by a tool or an output validator: "try again, because"
      ├── ApprovalError               resume() answers that do not match the pending approvals
      ├── ProviderError               a model call failed        .transient says "retry me"
      │    ├── RateLimited            429                        transient
@@ -47,6 +48,7 @@ __all__ = [
     "Conflict",
     "ContextWindowExceeded",
     "FanloopError",
+    "ModelRetry",
     "Overloaded",
     "ProviderConnectionError",
     "ProviderError",
@@ -78,6 +80,12 @@ class ConfigurationError(FanloopError, ValueError):
 
 class ToolError(FanloopError):
     """Raise from a tool to hand the model an error result with exactly this message."""
+
+
+class ModelRetry(FanloopError):
+    """Raise from a tool or an output validator to send ``message`` back to the model, so it
+    tries again (``ModelRetry("the total must be positive")``). From a tool it becomes that
+    call's error result; from an output validator it counts against ``output_retries``."""
 
 
 class ApprovalError(FanloopError, ValueError):

@@ -36,6 +36,7 @@ __all__ = [
     "Event",
     "MessageAppended",
     "ModelFailed",
+    "OutputPartial",
     "RequestStarted",
     "ResponseCompleted",
     "RetryScheduled",
@@ -124,6 +125,16 @@ class ToolCallDelta(_Event):
 
 
 StreamDelta: TypeAlias = TextDelta | ThinkingDelta | ToolCallStarted | ToolCallDelta
+
+
+@dataclass(slots=True)
+class OutputPartial(_Event):
+    """A typed answer as it streams: ``value`` is the partially parsed JSON value so far
+    (a dict for an object output), sent whenever it grows. The validated value is
+    ``run.result.output`` at the end."""
+
+    kind: ClassVar[Literal["output_partial"]] = "output_partial"
+    value: Any
 
 
 # -- the run ----------------------------------------------------------------------------------
@@ -301,6 +312,7 @@ Event: TypeAlias = (
     | ThinkingDelta
     | ToolCallStarted
     | ToolCallDelta
+    | OutputPartial
     | RunStarted
     | RunFinished
     | RequestStarted
