@@ -7,10 +7,10 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from functools import partial
 from types import UnionType
-from typing import TYPE_CHECKING, Any, Generic
+from typing import TYPE_CHECKING, Any, Generic, Self
 
 import anyio
-from typing_extensions import Self, TypeVar
+from typing_extensions import TypeVar
 
 from ._approvals import check_no_pending
 from ._dispatch import Emitter, build_table
@@ -366,9 +366,7 @@ class Agent(Generic[DepsT, OutputT]):
                 await close()
 
     @classmethod
-    def from_env(
-        cls, environ: Mapping[str, str] | None = None, **options: Any
-    ) -> Agent[Any, Any]:
+    def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> Agent[Any, Any]:
         """An agent on the provider that ``LLM_PROVIDER`` / ``LLM_MODEL`` and the usual key
         variables describe (see :func:`fanloop.providers.from_env`); ``options`` are the other
         constructor arguments. The agent owns that provider: close it with ``with`` /
