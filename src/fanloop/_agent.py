@@ -42,6 +42,10 @@ ConfirmFn = Callable[..., "Awaitable[bool | str | object] | bool | str | object"
 ``False``, a reason string, or :data:`fanloop.DEFER`."""
 Prompt = str | Message | Sequence[TextPart]
 
+SystemFn = Callable[..., "str | None | Awaitable[str | None]"]
+"""``system(ctx) -> str``, sync or async: a system prompt made at each run's start from its
+:class:`~fanloop.RunContext` (``ctx.deps``, ``ctx.run_id``...)."""
+
 DepsT = TypeVar("DepsT", default=Any)
 """The type of ``deps`` the agent's tools receive in their :class:`RunContext`."""
 
@@ -56,7 +60,8 @@ class Agent(Generic[DepsT, OutputT]):
     Args:
         provider: a :class:`~fanloop.providers.Provider`, or a ``"anthropic:MODEL"`` /
             ``"openai:MODEL"`` string.
-        system: the system prompt.
+        system: the system prompt, or a function of the run's :class:`~fanloop.RunContext`
+            (sync or async) that makes it at each run's start.
         tools: :class:`~fanloop.Tool` instances, or plain functions (made into tools with
             :func:`~fanloop.tool`).
         limits: turn, time, token, cost and tool-call limits (:class:`~fanloop.Limits`).
@@ -153,7 +158,7 @@ class Agent(Generic[DepsT, OutputT]):
     provider_name: str
     model: str
     name: str
-    system: str | None
+    system: str | SystemFn | None
     system_prompt: str | None
     limits: Limits
     retry: RetryPolicy
@@ -192,7 +197,7 @@ class Agent(Generic[DepsT, OutputT]):
         self,
         provider: Provider | str | Sequence[Any] | None = None,
         *,
-        system: str | None = None,
+        system: str | SystemFn | None = None,
         tools: Iterable[Tool | Callable[..., Any]] = (),
         limits: Limits | None = None,
         retry: RetryPolicy | None = None,
@@ -311,7 +316,7 @@ class Agent(Generic[DepsT, OutputT]):
         all_tools = [t if isinstance(t, Tool) else tool(t) for t in tools]
         if not spec.is_text and not native:
             all_tools.append(spec.tool())
-        system_parts = [system] if system else []
+        system_parts = [system] if isinstance(system, str) and system else []
         if delegation and max_depth > 0:
             from ._delegate import DelegateTool
 
@@ -651,6 +656,8 @@ class Agent(Generic[DepsT, OutputT]):
             depth=0 if parent is None else parent.depth + 1,
             parent=parent,
         )
+        if callable(self.system):
+            run.system = await _dynamic_system(self.system, run)
         log_tokens = bind(run_id=run.run_id, agent_path="/".join(path))
         try:
             return await self._run_observed(run, prompt, before, parent is None, session)
@@ -768,6 +775,23 @@ def _user_message(prompt: Prompt) -> Message:
     if isinstance(prompt, str):
         return Message.user(prompt)
     return Message(role="user", content=tuple(prompt))
+
+
+async def _dynamic_system(fn: SystemFn, run: RunState) -> str | None:
+    """The system prompt of a run whose ``system`` is a function of its context."""
+    from .messages import ToolCallPart
+    from .tools.base import RunContext
+
+    placeholder = ToolCallPart(id="", name="system", arguments={})  # no tool call here
+    session_id = run.session.id if run.session is not None else None
+    ctx = RunContext(run.deps, run.run_id, run.emitter.path, placeholder, run.depth, session_id, run)
+    text = fn(ctx)
+    if inspect.isawaitable(text):
+        text = await text
+    if text is not None and not isinstance(text, str):
+        raise ConfigurationError(f"the system function returned {type(text).__name__}, not str")
+    parts = [p for p in (text, run.system) if p]
+    return "\n\n".join(parts) or None
 
 
 def _native_output(spec: OutputSpec, provider: Any) -> bool:

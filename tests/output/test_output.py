@@ -193,3 +193,14 @@ async def test_with_options_keeps_the_output_type() -> None:
     other = agent.with_options(name="copy")
     assert other.output.output_type is int
     assert list(other.tools) == ["final_result"]
+
+
+async def test_system_may_be_a_function_of_the_run_context() -> None:
+    async def system(ctx: Any) -> str:
+        return f"You help {ctx.deps['user']}."
+
+    provider = ScriptedProvider(["hi", "hi again"])
+    agent = Agent(provider, system=system)
+    await agent.run("hello", deps={"user": "Ada"})
+    await agent.run("hello", deps={"user": "Bob"})
+    assert [r.system for r in provider.requests] == ["You help Ada.", "You help Bob."]
