@@ -42,7 +42,7 @@ ConfirmFn = Callable[..., "Awaitable[bool | str | object] | bool | str | object"
 ``False``, a reason string, or :data:`fanloop.DEFER`."""
 Prompt = str | Message | Sequence[TextPart]
 
-SystemFn = Callable[..., "str | None | Awaitable[str | None]"]
+SystemFn = Callable[..., "str | Awaitable[str | None] | None"]
 """``system(ctx) -> str``, sync or async: a system prompt made at each run's start from its
 :class:`~fanloop.RunContext` (``ctx.deps``, ``ctx.run_id``...)."""
 
@@ -784,7 +784,9 @@ async def _dynamic_system(fn: SystemFn, run: RunState) -> str | None:
 
     placeholder = ToolCallPart(id="", name="system", arguments={})  # no tool call here
     session_id = run.session.id if run.session is not None else None
-    ctx = RunContext(run.deps, run.run_id, run.emitter.path, placeholder, run.depth, session_id, run)
+    ctx = RunContext(
+        run.deps, run.run_id, run.emitter.path, placeholder, run.depth, session_id, run
+    )
     text = fn(ctx)
     if inspect.isawaitable(text):
         text = await text
