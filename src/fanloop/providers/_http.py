@@ -12,30 +12,46 @@ the way is translated here into the :mod:`fanloop.errors` tree:
 - a timeout → :class:`~fanloop.errors.ProviderTimeout`; a refused, dropped or broken
   connection → :class:`~fanloop.errors.ProviderConnectionError`;
 - an error sent inside the stream → classified by its error type;
-- a stream that ends before its end marker → :class:`~fanloop.errors.StreamIncomplete`.
+- a stream that ends before its end marker → :class:`~fanloop.errors.StreamIncomplete`;
+- anything malformed (not JSON, a field of the wrong type or range) →
+  :class:`~fanloop.errors.ResponseInvalid`, never a raw exception;
+- anything over its cap (:class:`WireLimits`: the body, one stream event, the number of
+  content blocks) → :class:`~fanloop.providers._wire.ResponseTooLarge` (not transient).
+
+The server is untrusted: every size it controls is capped. A non-streamed body and a stream
+are read chunk by chunk up to ``max_response_bytes`` (after content decoding, so a compressed
+bomb is cut at the cap too); an error body is read up to :data:`MAX_ERROR_BODY_BYTES` by the
+response hook of the pools fanloop creates (:func:`create_pool`, the providers' own pools),
+and an error message is cut to :data:`MAX_ERROR_MESSAGE_CHARS`. Header sizes are capped by the
+transports (``httpx2``: 100 KiB in all; ``aiohttp``: 8190 bytes a line, 128 headers).
 """
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import functools
 import importlib.util
-import json
+import math
 import os
 import ssl
 import time
 import urllib.request
+import zlib
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ClassVar, Literal, Protocol, TypeAlias
 
+import anyio
+import anyio.lowlevel
 import httpx2
 
 from .._log import logger
 from ..errors import (
     AuthenticationError,
     BadRequest,
+    ConfigurationError,
     ContextWindowExceeded,
     Overloaded,
     ProviderConnectionError,
@@ -47,16 +63,25 @@ from ..errors import (
     error_for_status,
 )
 from ..events import StreamDelta
-from ._sse import SSEDecoder
+from ._sse import DEFAULT_MAX_FRAME_BYTES, SSEDecoder
 from ._types import ModelRequest, ModelResponse
+from ._wire import ResponseTooLarge, loads, short
 
 __all__ = [
     "DEFAULT_LIMITS",
+    "DEFAULT_MAX_BLOCKS",
+    "DEFAULT_MAX_FRAME_BYTES",
+    "DEFAULT_MAX_RESPONSE_BYTES",
     "DEFAULT_TIMEOUT",
+    "MAX_ERROR_BODY_BYTES",
+    "MAX_ERROR_MESSAGE_CHARS",
+    "MAX_RETRY_AFTER",
     "HTTPProvider",
     "ProviderStream",
     "SDKErrors",
     "Transport",
+    "WireLimits",
+    "cap_error_body",
     "create_pool",
     "default_pool",
     "parse_retry_after",
@@ -84,6 +109,58 @@ proxy variable is set, else ``httpx``. ``FANLOOP_HTTP_TRANSPORT`` overrides ``"a
 
 DEFAULT_TIMEOUT = httpx2.Timeout(600.0, connect=5.0)
 """The SDKs' own default: long reads (a model may think for minutes), quick connects."""
+
+MAX_ERROR_BODY_BYTES = 1024 * 1024
+"""The most of an HTTP error body read (after content decoding): 1 MiB."""
+
+MAX_ERROR_MESSAGE_CHARS = 2000
+"""The longest server-sent error message kept in a :class:`~fanloop.errors.ProviderError`."""
+
+MAX_RETRY_AFTER = 86400.0
+"""The longest ``Retry-After`` :func:`parse_retry_after` reports (a day); a
+:class:`~fanloop.RetryPolicy` then caps it at its ``max_retry_after``."""
+
+# After the end marker, the rest of the body (normally just the chunked terminator) is read
+# so the connection can be reused, but no more than this, and for no longer.
+_DRAIN_BYTES = 64 * 1024
+_DRAIN_SECONDS = 0.5
+# A stream whose bytes are always ready never suspends on its reads: give the event loop a
+# turn at least this often (seconds).
+_FAIR_SHARE = 0.02
+
+
+DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+"""The largest response body accepted by default (64 MiB)."""
+
+DEFAULT_MAX_BLOCKS = 1024
+"""The most content blocks (tool calls) one response may hold by default."""
+
+
+@dataclass(frozen=True, slots=True)
+class WireLimits:
+    """The caps on what one response from the server may hold.
+
+    Attributes:
+        max_response_bytes: the body of one response, streamed or not, after content
+            decoding (default 64 MiB).
+        max_frame_bytes: one stream event (SSE frame), and so one line (default 16 MiB).
+        max_blocks: content blocks (Anthropic) or tool calls (OpenAI) in one response
+            (default 1024).
+
+    Going over a cap is :class:`~fanloop.providers._wire.ResponseTooLarge`, a
+    :class:`~fanloop.errors.ResponseInvalid` that is not retried.
+    """
+
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    max_blocks: int = DEFAULT_MAX_BLOCKS
+
+    def __post_init__(self) -> None:
+        for name in ("max_response_bytes", "max_frame_bytes", "max_blocks"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 1:
+                raise ConfigurationError(f"{name} must be a positive integer, not {value!r}")
+
 
 _CONTEXT_MARKERS = (
     "prompt is too long",
@@ -153,7 +230,9 @@ def create_pool(
         timeout: per-request timeouts.
         transport: ``"auto"``, ``"aiohttp"`` or ``"httpx"`` (see :data:`Transport`).
 
-    The caller owns it: a provider given a pool never closes it.
+    The caller owns it: a provider given a pool never closes it. Its response hook
+    (:func:`cap_error_body`) reads at most :data:`MAX_ERROR_BODY_BYTES` of an error body; a
+    pool made otherwise lets the SDK read error bodies whole.
     """
     if resolve_transport(transport) == "aiohttp":
         from ._aiohttp import AiohttpTransport
@@ -162,9 +241,14 @@ def create_pool(
             transport=AiohttpTransport(limits=limits, verify=ssl_context()),
             timeout=timeout,
             follow_redirects=True,
+            event_hooks={"response": [cap_error_body]},
         )
     return httpx2.AsyncClient(
-        limits=limits, timeout=timeout, follow_redirects=True, verify=ssl_context()
+        limits=limits,
+        timeout=timeout,
+        follow_redirects=True,
+        verify=ssl_context(),
+        event_hooks={"response": [cap_error_body]},
     )
 
 
@@ -181,39 +265,58 @@ def default_pool(
     timeout = timeout if timeout is not None else DEFAULT_TIMEOUT
     if resolve_transport() == "aiohttp":
         return create_pool(timeout=timeout, transport="aiohttp")
-    return sdk_client(limits=DEFAULT_LIMITS, timeout=timeout, verify=ssl_context())
+    return sdk_client(
+        limits=DEFAULT_LIMITS,
+        timeout=timeout,
+        verify=ssl_context(),
+        event_hooks={"response": [cap_error_body]},
+    )
 
 
 def parse_retry_after(headers: Mapping[str, str]) -> float | None:
     """Seconds the server asked us to wait: ``retry-after-ms``, else ``retry-after``.
 
     ``retry-after`` may be seconds (possibly fractional) or an HTTP date. Returns ``None``
-    when neither header is present or parseable; negative waits become ``0``.
+    when neither header is present or parseable (garbage, NaN, over-long values); negative
+    waits become ``0``; the result is at most :data:`MAX_RETRY_AFTER` (``inf`` too). The
+    :class:`~fanloop.RetryPolicy` caps it further at its ``max_retry_after``.
 
     Example:
         >>> parse_retry_after({"retry-after-ms": "250"})
         0.25
         >>> parse_retry_after({"retry-after": "2"})
         2.0
+        >>> parse_retry_after({"retry-after": "nan"}) is None
+        True
     """
-    value = headers.get("retry-after-ms")
-    if value:
-        try:
-            return max(float(value) / 1000.0, 0.0)
-        except ValueError:
-            pass
+    seconds = _seconds(headers.get("retry-after-ms"), 1000.0)
+    if seconds is not None:
+        return seconds
     value = headers.get("retry-after")
-    if not value:
+    seconds = _seconds(value, 1.0)
+    if seconds is not None or not isinstance(value, str) or len(value) > 64:
+        return seconds
+    try:
+        delta = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
+    except Exception:  # any unparseable or out-of-range date
+        return None
+    return _clamp_wait(delta)
+
+
+def _seconds(value: object, per_second: float) -> float | None:
+    if not isinstance(value, str) or not value or len(value) > 64:
         return None
     try:
-        return max(float(value), 0.0)
+        number = float(value)
     except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
         return None
-    return max(when.timestamp() - time.time(), 0.0)
+    return _clamp_wait(number / per_second)
+
+
+def _clamp_wait(seconds: float) -> float | None:
+    if math.isnan(seconds):
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
 
 
 def _should_retry(headers: Mapping[str, str]) -> bool | None:
@@ -226,7 +329,11 @@ def _should_retry(headers: Mapping[str, str]) -> bool | None:
 
 
 def _request_id(headers: Mapping[str, str]) -> str | None:
-    return headers.get("request-id") or headers.get("x-request-id")
+    return short(headers.get("request-id")) or short(headers.get("x-request-id"))
+
+
+def _clip(text: str, limit: int = MAX_ERROR_MESSAGE_CHARS) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}… [{len(text) - limit:,} more chars]"
 
 
 def _error_object(body: Any) -> dict[str, Any]:
@@ -264,14 +371,14 @@ def status_error(
 ) -> ProviderError:
     """The fanloop error for an HTTP error response."""
     error = _error_object(body)
-    message = str(error.get("message") or fallback_message or f"HTTP {status_code}")
+    message = _message(error.get("message")) or _clip(fallback_message) or f"HTTP {status_code}"
     cls = error_for_status(status_code)
     if status_code in (400, 413, 422):
         cls = _classify(cls, error.get("type"), error.get("code"), message)
     return cls(
         message,
         status_code=status_code,
-        request_id=_request_id(headers) or _str_or_none(_body_request_id(body)),
+        request_id=_request_id(headers) or short(_body_request_id(body)),
         retry_after=parse_retry_after(headers),
         provider=provider,
         body=body,
@@ -283,29 +390,37 @@ def _body_request_id(body: Any) -> Any:
     return body.get("request_id") if isinstance(body, dict) else None
 
 
-def _str_or_none(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
+def _message(value: Any) -> str:
+    """A server-sent error message as text, cut to :data:`MAX_ERROR_MESSAGE_CHARS`."""
+    if value is None or value == "":
+        return ""
+    if not isinstance(value, str):
+        value = repr(value) if not isinstance(value, dict | list) else type(value).__name__
+    return _clip(value)
 
 
-def stream_error(body: Any, *, provider: str, request_id: str | None = None) -> ProviderError:
+def stream_error(
+    body: Any, *, provider: str, request_id: str | None = None, size: int = 0
+) -> ProviderError:
     """The fanloop error for an error sent inside a 200 stream, classified by its type.
 
     ``status_code`` stays ``None`` (the HTTP status was a success). An unrecognised type is a
     :class:`~fanloop.errors.ServerError` (transient): the server broke off a response it had
-    accepted.
+    accepted. ``size`` is the byte size of the event: the body is kept on the error only when
+    it is at most :data:`MAX_ERROR_BODY_BYTES`.
     """
     error = _error_object(body)
-    message = str(error.get("message") or "error event in the response stream")
+    message = _message(error.get("message")) or "error event in the response stream"
     code = error.get("code")
     cls: type[ProviderError] = ServerError
-    if isinstance(code, int) and code >= 400:
+    if type(code) is int and 400 <= code <= 599:
         cls = error_for_status(code)
     cls = _classify(cls, error.get("type"), code, message)
     return cls(
         message,
-        request_id=request_id or _str_or_none(_body_request_id(body)),
+        request_id=request_id or short(_body_request_id(body)),
         provider=provider,
-        body=body,
+        body=body if size <= MAX_ERROR_BODY_BYTES else None,
     )
 
 
@@ -319,6 +434,83 @@ def transport_error(
     return ProviderConnectionError(
         f"connection failed: {text}", provider=provider, request_id=request_id
     )
+
+
+_MALFORMED = (ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError)
+"""What decoding a malformed payload raises (``Malformed`` and ``UnicodeDecodeError`` are
+value errors); always reported as :class:`~fanloop.errors.ResponseInvalid`."""
+
+
+def malformed(
+    exc: BaseException, what: str, *, provider: str, request_id: str | None
+) -> ResponseInvalid:
+    """The :class:`~fanloop.errors.ResponseInvalid` for a payload that failed to decode."""
+    detail = _clip(str(exc) or type(exc).__name__, 300)
+    return ResponseInvalid(f"{what}: {detail}", provider=provider, request_id=request_id)
+
+
+def _own(error: ProviderError, provider: str, request_id: str | None) -> None:
+    """Fill in the provider and request id of ``error``, raised where they were unknown."""
+    if error.provider is None:
+        error.provider = provider
+    if error.request_id is None:
+        error.request_id = request_id
+
+
+async def cap_error_body(response: httpx2.Response) -> None:
+    """``httpx2`` response hook: an error response's body reads as at most
+    :data:`MAX_ERROR_BODY_BYTES`, decoded.
+
+    The SDKs read an error body whole to build their exception; with this hook on the pool
+    they read the first MiB (gzip and deflate are decoded here, up to the cap; a body in
+    another encoding reads as empty). :func:`create_pool` and the providers' own pools
+    install it.
+    """
+    if response.status_code < 400:
+        return
+    codings = [
+        c.strip().lower()
+        for value in response.headers.get_list("content-encoding")
+        for c in value.split(",")
+        if c.strip() and c.strip().lower() != "identity"
+    ]
+    response.stream = _CappedBody(response.stream, codings, MAX_ERROR_BODY_BYTES)
+    if "content-encoding" in response.headers:
+        del response.headers["content-encoding"]
+
+
+class _CappedBody(httpx2.AsyncByteStream):
+    """The first ``limit`` bytes of a body, decoded."""
+
+    def __init__(self, stream: Any, codings: list[str], limit: int) -> None:
+        self._stream = stream
+        self._codings = codings
+        self._limit = limit
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        codings = self._codings
+        decoder: Any = None
+        if codings:
+            if len(codings) > 1 or codings[0] not in ("gzip", "x-gzip", "deflate"):
+                return  # nothing readable
+            decoder = zlib.decompressobj(zlib.MAX_WBITS | (16 if "gzip" in codings[0] else 32))
+        left = self._limit
+        async for chunk in self._stream:
+            if decoder is not None:
+                try:
+                    chunk = decoder.decompress(chunk, left)
+                except zlib.error:
+                    return
+            if len(chunk) > left:
+                chunk = chunk[:left]
+            if chunk:
+                left -= len(chunk)
+                yield chunk
+            if left <= 0:
+                return
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,11 +535,19 @@ class HTTPProvider:
     _path: ClassVar[str]
     _api: ClassVar[str]
 
-    def __init__(self, client: Any, *, owns_client: bool, errors: SDKErrors) -> None:
+    def __init__(
+        self,
+        client: Any,
+        *,
+        owns_client: bool,
+        errors: SDKErrors,
+        limits: WireLimits | None = None,
+    ) -> None:
         self._client = client
         self._owns_client = owns_client
         self._errors = errors
         self._closed = False
+        self.limits = limits or WireLimits()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -390,22 +590,76 @@ class HTTPProvider:
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Answer ``request`` with one non-streamed call."""
         body = self._encode(request, stream=False)
-        response = await self._post(body, stream=False)
+        # Sent as a stream so that the body is read here, chunk by chunk, up to the cap.
+        response = await self._post(body, stream=True)
         request_id = _request_id(response.headers)
+        raw = await self._read_body(response, request_id)
         try:
-            data = json.loads(response.content)
+            data = loads(raw[3:] if raw[:3] == b"\xef\xbb\xbf" else raw)
         except ValueError as exc:
-            raise ResponseInvalid(
-                f"response body is not JSON: {exc}", provider=self.name, request_id=request_id
+            raise malformed(
+                exc, "the response body is not JSON", provider=self.name, request_id=request_id
             ) from None
-        return self._decode(data, request_id)
+        except ProviderError as exc:
+            _own(exc, self.name, request_id)
+            raise
+        try:
+            return self._decode(data, request_id)
+        except ProviderError as exc:
+            _own(exc, self.name, request_id)
+            raise
+        except _MALFORMED as exc:
+            raise malformed(
+                exc, "malformed response", provider=self.name, request_id=request_id
+            ) from None
+
+    async def _read_body(self, response: httpx2.Response, request_id: str | None) -> bytes:
+        """The (decoded) body, at most ``max_response_bytes`` of it."""
+        limit = self.limits.max_response_bytes
+        parts: list[bytes] = []
+        size = 0
+        try:
+            length = response.headers.get("content-length", "")
+            if length.isdigit() and (len(length) > 20 or int(length) > limit):
+                raise self._too_large(request_id)
+            clock = time.monotonic
+            turn_ends = clock() + _FAIR_SHARE
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > limit:
+                    raise self._too_large(request_id)
+                parts.append(chunk)
+                if clock() > turn_ends:  # decoded chunks of one read come without a pause
+                    await anyio.lowlevel.checkpoint()
+                    turn_ends = clock() + _FAIR_SHARE
+        except httpx2.DecodingError as exc:
+            raise malformed(
+                exc,
+                "the response body cannot be decoded",
+                provider=self.name,
+                request_id=request_id,
+            ) from None
+        except httpx2.TransportError as exc:
+            raise transport_error(exc, provider=self.name, request_id=request_id) from exc
+        finally:
+            await response.aclose()
+        return b"".join(parts)
+
+    def _too_large(self, request_id: str | None) -> ResponseTooLarge:
+        return ResponseTooLarge(
+            f"the response is over the {self.limits.max_response_bytes:,}-byte limit "
+            "(max_response_bytes)",
+            provider=self.name,
+            request_id=request_id,
+        )
 
     def stream(self, request: ModelRequest) -> ProviderStream:
         """Stream the answer to ``request``.
 
         Use as ``async with provider.stream(request) as events:``; iterating ``events`` yields
         :data:`~fanloop.events.StreamDelta` events as they arrive, then the final
-        :class:`~fanloop.providers.ModelResponse`.
+        :class:`~fanloop.providers.ModelResponse`. Keep-alive comments and ``ping`` events
+        yield nothing.
         """
         return ProviderStream(self, request)
 
@@ -426,20 +680,26 @@ class HTTPProvider:
             if isinstance(cause, httpx2.TimeoutException):
                 raise transport_error(cause, provider=self.name) from cause
             raise ProviderConnectionError(
-                f"connection failed: {cause or exc}", provider=self.name
+                f"connection failed: {_clip(str(cause or exc), 300)}", provider=self.name
             ) from cause
         except httpx2.TransportError as exc:
             raise transport_error(exc, provider=self.name) from exc
         except errors.base as exc:
-            raise ProviderError(str(exc), provider=self.name) from None
+            raise ProviderError(_clip(str(exc)), provider=self.name) from None
         return response
 
     def _from_status(self, exc: Any) -> ProviderError:
         response: httpx2.Response = exc.response
+        body: Any = getattr(exc, "body", None)
         try:
-            body: Any = response.json()
-        except ValueError:
-            body = getattr(exc, "body", None)
+            content = response.content
+        except httpx2.ResponseNotRead:
+            content = b""
+        if len(content) > MAX_ERROR_BODY_BYTES:  # read whole by a pool without the hook
+            body = None
+        elif content:
+            with contextlib.suppress(*_MALFORMED):
+                body = loads(content)
         error = status_error(
             response.status_code,
             response.headers,
@@ -508,28 +768,68 @@ class ProviderStream:
         self, response: httpx2.Response
     ) -> AsyncIterator[StreamDelta | ModelResponse]:
         provider = self._provider
+        name = provider.name
         request_id = _request_id(response.headers)
         parser = provider._parser(request_id)
-        decoder = SSEDecoder()
+        limits = provider.limits
+        feed = SSEDecoder(limits.max_frame_bytes).feed
+        budget = limits.max_response_bytes
+        chunks = response.aiter_bytes()
+        clock = time.monotonic
+        turn_ends = clock() + _FAIR_SHARE
         try:
-            async for chunk in response.aiter_bytes():
-                for event, data in decoder.feed(chunk):
-                    if parser.done:
-                        continue
+            async for chunk in chunks:
+                budget -= len(chunk)
+                if budget < 0:
+                    raise provider._too_large(request_id)
+                for event, data in feed(chunk):
                     out = parser.feed(event, data)
                     if out is None:
+                        if parser.done:
+                            break
                         continue
                     if type(out) is tuple:
                         for delta in out:
                             yield delta
                     else:
                         yield out  # type: ignore[misc]
+                if parser.done:
+                    break
+                if clock() > turn_ends:
+                    await anyio.lowlevel.checkpoint()
+                    turn_ends = clock() + _FAIR_SHARE
+            if parser.done:
+                await _drain(chunks)
+            final = parser.finish()
+        except httpx2.DecodingError as exc:
+            raise malformed(
+                exc, "the response stream cannot be decoded", provider=name, request_id=request_id
+            ) from None
         except httpx2.TransportError as exc:
-            raise transport_error(exc, provider=provider.name, request_id=request_id) from exc
-        except (ValueError, KeyError, TypeError) as exc:  # a malformed frame
-            raise ResponseInvalid(
-                f"malformed event in the response stream: {exc}",
-                provider=provider.name,
-                request_id=request_id,
-            ) from exc
-        yield parser.finish()
+            raise transport_error(exc, provider=name, request_id=request_id) from exc
+        except ProviderError as exc:
+            _own(exc, name, request_id)
+            raise
+        except _MALFORMED as exc:  # a malformed frame
+            raise malformed(
+                exc, "malformed response stream", provider=name, request_id=request_id
+            ) from None
+        yield final
+
+
+async def _drain(chunks: AsyncIterator[bytes]) -> None:
+    """Read what follows the end marker (normally nothing but the body's end), so that the
+    connection can be reused; give up after :data:`_DRAIN_BYTES` or :data:`_DRAIN_SECONDS`."""
+    left = _DRAIN_BYTES
+    with anyio.move_on_after(_DRAIN_SECONDS):
+        try:
+            async for chunk in chunks:
+                left -= len(chunk)
+                if left < 0:
+                    break
+        except (httpx2.TransportError, httpx2.DecodingError):
+            pass
+    aclose = getattr(chunks, "aclose", None)
+    if aclose is not None:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_DRAIN_SECONDS):
+            await aclose()

@@ -35,13 +35,18 @@ class StopReason(StrEnum):
 
 
 class Usage(BaseModel):
-    """Token counts. ``input_tokens`` excludes cache reads and writes."""
+    """Token counts. ``input_tokens`` excludes cache reads and writes.
+
+    Every count is a non-negative integer: a negative one (which would refund a budget) is a
+    ``pydantic.ValidationError`` (a ``ValueError``). The providers check what a server
+    reports before it gets here (:class:`~fanloop.errors.ResponseInvalid` otherwise).
+    """
 
     model_config = ConfigDict(frozen=True)
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
+    input_tokens: int = Field(default=0, ge=0)
+    output_tokens: int = Field(default=0, ge=0)
+    cache_read_tokens: int = Field(default=0, ge=0)
+    cache_write_tokens: int = Field(default=0, ge=0)
 
     def __add__(self, other: Usage) -> Usage:
         return _build(

@@ -1,33 +1,156 @@
-"""Wire-building helpers shared by the providers: compact JSON and per-message caches.
+"""Wire helpers shared by the providers: JSON in and out, per-message caches, and the checks
+every value read from a server goes through.
 
 A conversation is re-sent whole on every turn and only grows at its end, so each provider
 keeps the JSON of every message it has encoded, keyed by the message's identity (messages are
 frozen). The cache holds a weak reference: an entry lives exactly as long as its message.
+
+Everything a server sends is untrusted: :func:`loads` bounds the work of decoding it, and the
+``read_*`` helpers turn a value of the wrong type or range into :class:`Malformed` (a
+``ValueError`` the providers report as :class:`~fanloop.errors.ResponseInvalid`).
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
+import re
 import weakref
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from ..errors import ResponseInvalid
 from ..messages import INVALID_ARGUMENTS_KEY
 
-__all__ = ["MessageCache", "ToolsCache", "dumps", "loads", "parse_arguments"]
+__all__ = [
+    "MAX_COUNT",
+    "MAX_ID_CHARS",
+    "MAX_NAME_CHARS",
+    "Malformed",
+    "MessageCache",
+    "ResponseTooLarge",
+    "ToolsCache",
+    "dumps",
+    "loads",
+    "new_call_id",
+    "parse_arguments",
+    "read_call_id",
+    "read_count",
+    "read_name",
+    "read_str",
+    "short",
+]
+
+MAX_COUNT = 10**9
+"""The largest token count one response may report; more is :class:`Malformed`."""
+
+MAX_ID_CHARS = 256
+"""Ids longer than this (tool calls, responses, requests) are not kept as the server sent them."""
+
+MAX_NAME_CHARS = 256
+"""Tool names longer than this are cut to this length (no tool has such a name, so the
+fan-out answers the call with an unknown-tool error the model can act on)."""
+
+_BIG_JSON = 1 << 20
+_MAX_JSON_TOKENS = 500_000
+_ID = re.compile(rf"[!-~]{{1,{MAX_ID_CHARS}}}")  # printable ASCII, no spaces
 
 _decode = json.JSONDecoder().decode
 
 
-def loads(data: bytes) -> Any:
-    """``json.loads`` for UTF-8 bytes, minus its encoding sniffing (this runs per delta)."""
-    return _decode(data.decode())
+class Malformed(ValueError):
+    """A value from the server of the wrong type, shape or range."""
+
+
+class ResponseTooLarge(ResponseInvalid):
+    """A response, stream frame or count of content blocks over its cap.
+
+    Not transient: the same request would very likely fetch the same oversized answer again.
+    """
+
+    transient = False
+
+
+def loads(data: bytes | str) -> Any:
+    """JSON from UTF-8 bytes (or text), minus ``json.loads``' encoding sniffing (this runs per
+    delta).
+
+    Decoding time grows with the number of values, not only the size: a payload over 1 MiB
+    holding more than 500,000 separators or containers is refused (:class:`ResponseTooLarge`)
+    rather than held on the event loop for a noticeable time. Nesting too deep for the decoder
+    is :class:`Malformed`.
+    """
+    text = data.decode() if isinstance(data, bytes) else data
+    if len(text) > _BIG_JSON:
+        tokens = text.count(",") + text.count(":") + text.count("[") + text.count("{")
+        if tokens > _MAX_JSON_TOKENS:
+            raise ResponseTooLarge(f"a JSON payload holding over {_MAX_JSON_TOKENS:,} values")
+    try:
+        return _decode(text)
+    except RecursionError:
+        raise Malformed("JSON nested too deeply") from None
+
+
+def short(value: object, limit: int = MAX_ID_CHARS) -> str | None:
+    """``value`` if it is a string of at most ``limit`` characters, else ``None``."""
+    return value if type(value) is str and len(value) <= limit else None
+
+
+def read_str(value: object, field: str) -> str:
+    """A string field that may be absent (``None`` is ``""``); any other type is Malformed."""
+    if type(value) is str:
+        return value
+    if value is None:
+        return ""
+    raise Malformed(f"{field} is a {type(value).__name__}, not a string")
+
+
+def read_count(value: object, field: str) -> int:
+    """A token count: a non-negative integer up to :data:`MAX_COUNT` (``None`` is 0).
+
+    An integral float (``5.0``) is accepted; strings, booleans, fractions, negatives, NaN and
+    absurdly large values are :class:`Malformed`: a count that is not a count must never
+    reach a budget.
+    """
+    if type(value) is int:
+        if 0 <= value <= MAX_COUNT:
+            return value
+    elif value is None:
+        return 0
+    elif type(value) is float:
+        if math.isfinite(value) and value.is_integer() and 0 <= value <= MAX_COUNT:
+            return int(value)
+    else:
+        raise Malformed(f"{field} is a {type(value).__name__}, not a token count")
+    raise Malformed(f"{field} is out of range (0 to {MAX_COUNT:,})")
+
+
+def new_call_id() -> str:
+    """A fresh tool-call id for a server that sent none: unique across turns and processes."""
+    return f"call_{os.urandom(12).hex()}"
+
+
+def read_call_id(value: object) -> str:
+    """The tool-call id the server sent, or a fresh one when it sent none usable.
+
+    Kept: printable ASCII without spaces, at most :data:`MAX_ID_CHARS` characters. Anything
+    else (missing, empty, not a string, too long, control characters) is replaced.
+    """
+    if type(value) is str and _ID.fullmatch(value):
+        return value
+    return new_call_id()
+
+
+def read_name(value: object, field: str) -> str:
+    """A tool name: a string, cut to :data:`MAX_NAME_CHARS` characters."""
+    name = read_str(value, field)
+    return name if len(name) <= MAX_NAME_CHARS else name[:MAX_NAME_CHARS]
 
 
 dumps: Callable[[Any], str] = json.JSONEncoder(separators=(",", ":")).encode
 """Compact JSON text (ASCII-only, so ``.encode()`` of the result is always valid UTF-8)."""
 
-_loads = json.loads
 
 K = TypeVar("K")
 
@@ -99,8 +222,8 @@ def parse_arguments(raw: str) -> dict[str, Any]:
     if not raw or raw.isspace():
         return {}
     try:
-        value = _loads(raw)
-    except ValueError:
+        value = loads(raw)
+    except (ValueError, ResponseTooLarge):
         value = None
     if isinstance(value, dict):
         return value

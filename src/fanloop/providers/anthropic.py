@@ -24,10 +24,39 @@ import httpx2
 
 from ..errors import ConfigurationError, ResponseInvalid, StreamIncomplete
 from ..events import StreamDelta, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallStarted
-from ..messages import Message, Origin, Part, TextPart, ThinkingPart, ToolCallPart
-from ._http import HTTPProvider, SDKErrors, default_pool, stream_error
+from ..messages import (
+    INVALID_ARGUMENTS_KEY,
+    Message,
+    Origin,
+    Part,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+)
+from ._http import (
+    DEFAULT_MAX_BLOCKS,
+    DEFAULT_MAX_FRAME_BYTES,
+    DEFAULT_MAX_RESPONSE_BYTES,
+    HTTPProvider,
+    SDKErrors,
+    WireLimits,
+    default_pool,
+    stream_error,
+)
 from ._types import HostedTool, ModelRequest, ModelResponse, StopReason, ToolSpec, Usage
-from ._wire import MessageCache, ToolsCache, dumps, parse_arguments
+from ._wire import (
+    Malformed,
+    MessageCache,
+    ResponseTooLarge,
+    ToolsCache,
+    dumps,
+    parse_arguments,
+    read_call_id,
+    read_count,
+    read_name,
+    read_str,
+    short,
+)
 from ._wire import loads as _loads
 
 __all__ = ["AnthropicProvider"]
@@ -50,6 +79,10 @@ _HOSTED_TYPES: dict[str, str] = {
 
 # Turns that may legitimately come back without any content block.
 _MAY_BE_EMPTY = frozenset({StopReason.MAX_TOKENS, StopReason.REFUSAL, StopReason.PAUSED})
+
+# Blocks whose input streams as input_json_delta; "tool_use" is the one fanloop runs.
+_INPUT_BLOCKS = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
+_MAX_INDEX = 2**31 - 1
 
 
 _ERRORS = SDKErrors(
@@ -75,6 +108,13 @@ class AnthropicProvider(HTTPProvider):
             600 s for data and 5 s to connect.
         default_headers: extra headers for every request (e.g. ``anthropic-beta``).
         extra_body: fields merged into every request body.
+        max_response_bytes: the largest response body, streamed or not (default 64 MiB).
+        max_frame_bytes: the largest stream event (default 16 MiB).
+        max_blocks: the most content blocks in one response (default 1024).
+
+    Everything the server sends is checked: a malformed or out-of-range value is
+    :class:`~fanloop.errors.ResponseInvalid`, a response over a cap is a ``ResponseInvalid``
+    that is not retried (see :class:`~fanloop.providers._http.WireLimits`).
 
     Attributes:
         name: ``"anthropic"``.
@@ -97,9 +137,13 @@ class AnthropicProvider(HTTPProvider):
         timeout: float | httpx2.Timeout | None = None,
         default_headers: dict[str, str] | None = None,
         extra_body: dict[str, Any] | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        max_blocks: int = DEFAULT_MAX_BLOCKS,
     ) -> None:
         if not model:
             raise ConfigurationError("AnthropicProvider needs a model name")
+        limits = WireLimits(max_response_bytes, max_frame_bytes, max_blocks)
         self.name = "anthropic"
         self.model = model
         self._extra_body = dict(extra_body or {})
@@ -121,7 +165,7 @@ class AnthropicProvider(HTTPProvider):
             )
         except (anthropic.AnthropicError, TypeError) as exc:
             raise ConfigurationError(f"cannot configure the Anthropic client: {exc}") from None
-        super().__init__(client, owns_client=owns_client, errors=_ERRORS)
+        super().__init__(client, owns_client=owns_client, errors=_ERRORS, limits=limits)
         self._messages: MessageCache[Message] = MessageCache(self._render_message)
         self._tools = ToolsCache()
 
@@ -207,14 +251,26 @@ class AnthropicProvider(HTTPProvider):
     # -- decoding ---------------------------------------------------------------------------
 
     def _decode(self, data: Any, request_id: str | None) -> ModelResponse:
-        if not isinstance(data, dict) or data.get("type") == "error":
+        if type(data) is not dict:
+            raise Malformed("the response is not a JSON object")
+        if data.get("type") == "error":
             raise stream_error(data, provider=self.name, request_id=request_id)
+        content = data.get("content")
+        if content is None:
+            content = []
+        elif type(content) is not list:
+            raise Malformed("content is not a list")
+        if len(content) > self.limits.max_blocks:
+            raise ResponseTooLarge(
+                f"the response has {len(content):,} content blocks, over the limit of "
+                f"{self.limits.max_blocks:,} (max_blocks)"
+            )
         return _response(
             self,
-            list(data.get("content") or ()),
+            [_clean_block(block) for block in content],
             data.get("stop_reason"),
             data.get("stop_details"),
-            data.get("usage") or {},
+            data.get("usage"),
             data.get("id"),
             data.get("model"),
             request_id,
@@ -244,10 +300,15 @@ def _tool_list(
     return out
 
 
-def _parts(blocks: list[dict[str, Any]]) -> tuple[Part, ...]:
-    """The provider-independent parts of a turn's wire blocks (server-tool blocks stay raw)."""
+def _parts(blocks: list[Any]) -> tuple[Part, ...]:
+    """The provider-independent parts of a turn's wire blocks (server-tool blocks stay raw).
+
+    Never raises: ``blocks`` may also come back from a stored session.
+    """
     parts: list[Part] = []
     for block in blocks:
+        if type(block) is not dict:
+            continue
         kind = block.get("type")
         if kind == "text":
             parts.append(TextPart.model_construct(text=block.get("text", "")))
@@ -255,8 +316,8 @@ def _parts(blocks: list[dict[str, Any]]) -> tuple[Part, ...]:
             arguments = block.get("input")
             parts.append(
                 ToolCallPart.model_construct(
-                    id=block["id"],
-                    name=block["name"],
+                    id=block.get("id", ""),
+                    name=block.get("name", ""),
                     arguments=arguments if isinstance(arguments, dict) else {},
                 )
             )
@@ -271,25 +332,78 @@ def _parts(blocks: list[dict[str, Any]]) -> tuple[Part, ...]:
     return tuple(parts)
 
 
-def _usage(raw: dict[str, Any]) -> Usage:
+def _clean_block(block: Any) -> dict[str, Any]:
+    """A finished content block from the server, checked (and normalised) in place.
+
+    Text, thinking and tool calls must have their fields of the right types; a tool call's
+    id is replaced when unusable and its name cut to length; input that is not a JSON object
+    becomes invalid arguments (answered with an error result). Other block types (server
+    tools, results, types newer than this code) are kept as they are, for replay.
+    """
+    if type(block) is not dict:
+        raise Malformed("a content block is not a JSON object")
+    kind = block.get("type")
+    if type(kind) is not str:
+        raise Malformed("a content block has no type")
+    if kind == "text":
+        block["text"] = read_str(block.get("text"), "text")
+        citations = block.get("citations")
+        if citations is not None and type(citations) is not list:
+            raise Malformed("citations is not a list")
+    elif kind == "tool_use":
+        block["id"] = read_call_id(block.get("id"))
+        block["name"] = read_name(block.get("name"), "tool_use name")
+        arguments = block.get("input")
+        if arguments is None:
+            block["input"] = {}
+        elif type(arguments) is not dict:
+            block["input"] = {INVALID_ARGUMENTS_KEY: dumps(arguments)}
+    elif kind == "thinking":
+        block["thinking"] = read_str(block.get("thinking"), "thinking")
+        signature = block.get("signature")
+        if signature is not None and type(signature) is not str:
+            raise Malformed("signature is not a string")
+    elif kind == "redacted_thinking":
+        block["data"] = read_str(block.get("data"), "redacted_thinking data")
+    return block
+
+
+def _usage(raw: Any) -> Usage:
+    if raw is None:
+        raw = {}
+    elif type(raw) is not dict:
+        raise Malformed("usage is not a JSON object")
     return Usage.model_construct(
-        input_tokens=raw.get("input_tokens") or 0,
-        output_tokens=raw.get("output_tokens") or 0,
-        cache_read_tokens=raw.get("cache_read_input_tokens") or 0,
-        cache_write_tokens=raw.get("cache_creation_input_tokens") or 0,
+        input_tokens=read_count(raw.get("input_tokens"), "usage.input_tokens"),
+        output_tokens=read_count(raw.get("output_tokens"), "usage.output_tokens"),
+        cache_read_tokens=read_count(
+            raw.get("cache_read_input_tokens"), "usage.cache_read_input_tokens"
+        ),
+        cache_write_tokens=read_count(
+            raw.get("cache_creation_input_tokens"), "usage.cache_creation_input_tokens"
+        ),
     )
+
+
+def _stop_reason(raw: Any) -> str | None:
+    if raw is None or (type(raw) is str and len(raw) <= 256):
+        return raw
+    if type(raw) is str:
+        return raw[:256]
+    raise Malformed("stop_reason is not a string")
 
 
 def _response(
     provider: AnthropicProvider,
     blocks: list[dict[str, Any]],
-    raw_stop: str | None,
+    raw_stop: Any,
     stop_details: Any,
-    usage: dict[str, Any],
-    response_id: str | None,
-    model: str | None,
+    usage: Any,
+    response_id: Any,
+    model: Any,
     request_id: str | None,
 ) -> ModelResponse:
+    raw_stop = _stop_reason(raw_stop)
     stop = _STOP_REASONS.get(raw_stop, StopReason.UNKNOWN) if raw_stop else StopReason.UNKNOWN
     if not blocks and stop not in _MAY_BE_EMPTY:
         raise ResponseInvalid(
@@ -297,7 +411,7 @@ def _response(
             provider=provider.name,
             request_id=request_id,
         )
-    model = model or provider.model
+    model = short(model) or provider.model
     return ModelResponse.model_construct(
         content=_parts(blocks),
         stop_reason=stop,
@@ -308,49 +422,64 @@ def _response(
         origin=Origin.model_construct(
             provider="anthropic", api="messages", model=model, raw=blocks
         ),
-        stop_details=stop_details if isinstance(stop_details, dict) else None,
-        response_id=response_id,
+        stop_details=stop_details if type(stop_details) is dict else None,
+        response_id=short(response_id),
     )
 
 
 class _Block:
     """One content block being streamed."""
 
-    __slots__ = ("chunks", "index", "signature", "start", "type")
+    __slots__ = ("chunks", "citations", "id", "index", "signature", "start", "type")
 
     def __init__(self, index: int, start: dict[str, Any]) -> None:
+        kind = start.get("type")
+        if type(kind) is not str:
+            raise Malformed("content_block_start without a block type")
         self.index = index
         self.start = start
-        self.type: str = start.get("type", "")
+        self.type = kind
         self.chunks: list[str] = []
-        self.signature: str | None = None
+        self.signature: list[str] = []
+        self.citations: list[Any] = []
+        self.id = ""
+        if kind == "tool_use":
+            # Checked now: the id and name go out in ToolCallStarted before the block ends.
+            self.id = start["id"] = read_call_id(start.get("id"))
+            start["name"] = read_name(start.get("name"), "tool_use name")
 
     def finish(self) -> dict[str, Any]:
         """The block's complete wire form."""
         kind = self.type
+        start = self.start
         if kind == "text":
-            text = "".join(self.chunks) if self.chunks else self.start.get("text", "")
-            block: dict[str, Any] = {"type": "text", "text": text}
-            citations = self.start.get("citations")
+            text = "".join(self.chunks) if self.chunks else start.get("text")
+            block: dict[str, Any] = {"type": "text", "text": read_str(text, "text")}
+            citations = start.get("citations")
+            if citations is not None and type(citations) is not list:
+                raise Malformed("citations is not a list")
+            citations = (citations or []) + self.citations
             if citations:
                 block["citations"] = citations
             return block
         if kind == "thinking":
+            thinking = "".join(self.chunks) if self.chunks else start.get("thinking")
+            signature = "".join(self.signature) if self.signature else start.get("signature")
+            if signature is not None and type(signature) is not str:
+                raise Malformed("signature is not a string")
             return {
                 "type": "thinking",
-                "thinking": "".join(self.chunks) if self.chunks else self.start.get("thinking", ""),
-                "signature": (
-                    self.signature if self.signature is not None else self.start.get("signature")
-                ),
+                "thinking": read_str(thinking, "thinking"),
+                "signature": signature,
             }
-        if kind in ("tool_use", "server_tool_use"):
-            block = dict(self.start)
+        if kind in _INPUT_BLOCKS:
+            block = dict(start)
             if self.chunks:
                 block["input"] = parse_arguments("".join(self.chunks))
-            elif not isinstance(block.get("input"), dict):
+            elif type(block.get("input")) is not dict:
                 block["input"] = {}
             return block
-        return self.start
+        return _clean_block(start)
 
 
 class _StreamParser:
@@ -359,6 +488,7 @@ class _StreamParser:
     __slots__ = (
         "_blocks",
         "_id",
+        "_max_blocks",
         "_model",
         "_provider",
         "_request_id",
@@ -371,19 +501,20 @@ class _StreamParser:
     def __init__(self, provider: AnthropicProvider, request_id: str | None) -> None:
         self._provider = provider
         self._request_id = request_id
+        self._max_blocks = provider.limits.max_blocks
         self._blocks: dict[int, _Block] = {}
         self._usage: dict[str, Any] = {}
-        self._stop: str | None = None
+        self._stop: Any = None
         self._stop_details: Any = None
-        self._id: str | None = None
-        self._model: str | None = None
+        self._id: Any = None
+        self._model: Any = None
         self.done = False
 
     def feed(self, event: bytes, data: bytes) -> StreamDelta | None:
         if event == b"ping":
             return None
         obj = _loads(data)
-        kind = obj.get("type")
+        kind = obj.get("type")  # AttributeError (malformed) unless a JSON object
         if kind == "content_block_delta":
             delta = obj["delta"]
             dtype = delta.get("type")
@@ -396,31 +527,54 @@ class _StreamParser:
                 )
             if dtype == "text_delta":
                 text = delta["text"]
+                if type(text) is not str or block.type != "text":
+                    raise Malformed("a text_delta that is not text, or not in a text block")
                 block.chunks.append(text)
                 return TextDelta(text)
             if dtype == "input_json_delta":
                 fragment = delta["partial_json"]
+                if type(fragment) is not str or block.type not in _INPUT_BLOCKS:
+                    raise Malformed("an input_json_delta that is not text, or not in a tool block")
                 block.chunks.append(fragment)
                 if fragment and block.type == "tool_use":
-                    return ToolCallDelta(block.start["id"], fragment, block.index)
+                    return ToolCallDelta(block.id, fragment, block.index)
                 return None
             if dtype == "thinking_delta":
                 text = delta["thinking"]
+                if type(text) is not str or block.type != "thinking":
+                    raise Malformed("a thinking_delta that is not text, or not in a thinking block")
                 block.chunks.append(text)
                 return ThinkingDelta(text)
             if dtype == "signature_delta":
-                block.signature = (block.signature or "") + delta["signature"]
-                return ThinkingDelta("", signature=block.signature)
+                signature = delta["signature"]
+                if type(signature) is not str or block.type != "thinking":
+                    raise Malformed(
+                        "a signature_delta that is not text, or not in a thinking block"
+                    )
+                block.signature.append(signature)
+                return ThinkingDelta("", signature=signature)
             if dtype == "citations_delta":
-                block.start.setdefault("citations", []).append(delta.get("citation"))
+                if block.type != "text":
+                    raise Malformed("a citations_delta outside a text block")
+                block.citations.append(delta.get("citation"))
             return None
         if kind == "content_block_start":
             index = obj["index"]
             start = obj["content_block"]
-            block = _Block(index, start)
-            self._blocks[index] = block
+            if type(index) is not int or not 0 <= index <= _MAX_INDEX:
+                raise Malformed("content_block_start with an index that is not a small integer")
+            if type(start) is not dict:
+                raise Malformed("content_block_start without a content block")
+            blocks = self._blocks
+            if index in blocks:
+                raise Malformed(f"content block {index} started twice")
+            if len(blocks) >= self._max_blocks:
+                raise ResponseTooLarge(
+                    f"the response has over {self._max_blocks:,} content blocks (max_blocks)"
+                )
+            block = blocks[index] = _Block(index, start)
             if block.type == "tool_use":
-                return ToolCallStarted(start["id"], start["name"], index)
+                return ToolCallStarted(block.id, start["name"], index)
             return None
         if kind == "message_delta":
             delta = obj.get("delta") or {}
@@ -437,13 +591,18 @@ class _StreamParser:
             message = obj.get("message") or {}
             self._id = message.get("id")
             self._model = message.get("model")
-            self._usage = dict(message.get("usage") or {})
+            usage = message.get("usage") or {}
+            if type(usage) is not dict:
+                raise Malformed("usage is not a JSON object")
+            self._usage = dict(usage)
             return None
         if kind == "message_stop":
             self.done = True
             return None
         if kind == "error" or event == b"error":
-            raise stream_error(obj, provider=self._provider.name, request_id=self._request_id)
+            raise stream_error(
+                obj, provider=self._provider.name, request_id=self._request_id, size=len(data)
+            )
         return None  # content_block_stop, and event types this version does not know
 
     def finish(self) -> ModelResponse:

@@ -32,9 +32,31 @@ from ..messages import (
     ThinkingPart,
     ToolCallPart,
 )
-from ._http import HTTPProvider, SDKErrors, default_pool, stream_error
+from ._http import (
+    DEFAULT_MAX_BLOCKS,
+    DEFAULT_MAX_FRAME_BYTES,
+    DEFAULT_MAX_RESPONSE_BYTES,
+    HTTPProvider,
+    SDKErrors,
+    WireLimits,
+    default_pool,
+    stream_error,
+)
 from ._types import ModelRequest, ModelResponse, StopReason, ToolSpec, Usage
-from ._wire import MessageCache, ToolsCache, dumps, parse_arguments
+from ._wire import (
+    Malformed,
+    MessageCache,
+    ResponseTooLarge,
+    ToolsCache,
+    dumps,
+    new_call_id,
+    parse_arguments,
+    read_call_id,
+    read_count,
+    read_name,
+    read_str,
+    short,
+)
 from ._wire import loads as _loads
 
 __all__ = ["OpenAIProvider"]
@@ -77,6 +99,14 @@ class OpenAIProvider(HTTPProvider):
         include_usage: ask for usage in streams (``stream_options.include_usage``).
         default_headers: extra headers for every request.
         extra_body: fields merged into every request body.
+        max_response_bytes: the largest response body, streamed or not (default 64 MiB).
+        max_frame_bytes: the largest stream event (default 16 MiB).
+        max_blocks: the most tool calls in one response (default 1024).
+
+    Everything the server sends is checked: a malformed or out-of-range value is
+    :class:`~fanloop.errors.ResponseInvalid`, a response over a cap is a ``ResponseInvalid``
+    that is not retried (see :class:`~fanloop.providers._http.WireLimits`). A tool call the
+    server sent without an id gets a fresh random one (``call_…``), unique across turns.
 
     Attributes:
         name: ``"openai"`` unless set (``"openrouter"``, ``"vllm"``, ``"ollama"`` for presets).
@@ -101,9 +131,13 @@ class OpenAIProvider(HTTPProvider):
         include_usage: bool = True,
         default_headers: dict[str, str] | None = None,
         extra_body: dict[str, Any] | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        max_blocks: int = DEFAULT_MAX_BLOCKS,
     ) -> None:
         if not model:
             raise ConfigurationError("OpenAIProvider needs a model name")
+        limits = WireLimits(max_response_bytes, max_frame_bytes, max_blocks)
         if api_key is None and not os.environ.get("OPENAI_API_KEY"):
             raise ConfigurationError(
                 "OpenAIProvider needs an API key: pass api_key= or set OPENAI_API_KEY"
@@ -131,7 +165,7 @@ class OpenAIProvider(HTTPProvider):
             )
         except (openai.OpenAIError, TypeError) as exc:
             raise ConfigurationError(f"cannot configure the OpenAI client: {exc}") from None
-        super().__init__(client, owns_client=owns_client, errors=_ERRORS)
+        super().__init__(client, owns_client=owns_client, errors=_ERRORS, limits=limits)
         self._messages: MessageCache[Message] = MessageCache(self._render_message)
         self._tools = ToolsCache()
 
@@ -273,28 +307,35 @@ class OpenAIProvider(HTTPProvider):
     # -- decoding ---------------------------------------------------------------------------
 
     def _decode(self, data: Any, request_id: str | None) -> ModelResponse:
-        if not isinstance(data, dict) or data.get("error"):
+        if type(data) is not dict:
+            raise Malformed("the response is not a JSON object")
+        if data.get("error"):
             raise stream_error(data, provider=self.name, request_id=request_id)
-        choices = data.get("choices") or []
+        choices = data.get("choices")
         if not choices:
             raise ResponseInvalid(
                 "the response has no choices", provider=self.name, request_id=request_id
             )
         choice = choices[0]
         message = choice.get("message") or {}
-        calls = [
-            (
-                call.get("id") or f"call_{i}",
-                (call.get("function") or {}).get("name") or "",
-                (call.get("function") or {}).get("arguments") or "",
+        tool_calls = message.get("tool_calls") or ()
+        if len(tool_calls) > self.limits.max_blocks:
+            raise _too_many(self.limits.max_blocks)
+        calls = []
+        for call in tool_calls:
+            function = call.get("function") or {}
+            calls.append(
+                (
+                    read_call_id(call.get("id")),
+                    read_name(function.get("name"), "tool call name"),
+                    _arguments(function.get("arguments")),
+                )
             )
-            for i, call in enumerate(message.get("tool_calls") or ())
-        ]
         return _response(
             self,
-            message.get("reasoning_content") or message.get("reasoning") or "",
-            message.get("content") or "",
-            message.get("refusal") or "",
+            _reasoning(message),
+            _content(message.get("content")),
+            read_str(message.get("refusal"), "refusal"),
             calls,
             choice.get("finish_reason"),
             data.get("usage"),
@@ -365,19 +406,73 @@ def _render_assistant(message: Message) -> str:
 
 
 def _usage(raw: Any) -> Usage:
-    if not isinstance(raw, dict):
-        return Usage.model_construct(
-            input_tokens=0, output_tokens=0, cache_read_tokens=0, cache_write_tokens=0
-        )
+    if raw is None:
+        raw = {}
+    elif type(raw) is not dict:
+        raise Malformed("usage is not a JSON object")
     details = raw.get("prompt_tokens_details") or {}
-    cached = details.get("cached_tokens") or 0
-    written = details.get("cache_write_tokens") or 0
+    if type(details) is not dict:
+        raise Malformed("usage.prompt_tokens_details is not a JSON object")
+    prompt = read_count(raw.get("prompt_tokens"), "usage.prompt_tokens")
+    cached = read_count(details.get("cached_tokens"), "usage.prompt_tokens_details.cached_tokens")
+    written = read_count(
+        details.get("cache_write_tokens"), "usage.prompt_tokens_details.cache_write_tokens"
+    )
     return Usage.model_construct(
-        input_tokens=max((raw.get("prompt_tokens") or 0) - cached - written, 0),
-        output_tokens=raw.get("completion_tokens") or 0,
+        input_tokens=max(prompt - cached - written, 0),
+        output_tokens=read_count(raw.get("completion_tokens"), "usage.completion_tokens"),
         cache_read_tokens=cached,
         cache_write_tokens=written,
     )
+
+
+def _too_many(limit: int) -> ResponseTooLarge:
+    return ResponseTooLarge(f"the response has over {limit:,} tool calls (max_blocks)")
+
+
+def _arguments(value: Any) -> str:
+    """Tool-call arguments as JSON text (an object some servers send is encoded)."""
+    if type(value) is str:
+        return value
+    if value is None:
+        return ""
+    if type(value) is dict:
+        return dumps(value)
+    raise Malformed("tool call arguments are not a string")
+
+
+def _content(value: Any) -> str:
+    """Message text: a string, or a list of text parts (as some compatible servers send)."""
+    if type(value) is str:
+        return value
+    if value is None:
+        return ""
+    if type(value) is list:
+        texts = []
+        for part in value:
+            if type(part) is str:
+                texts.append(part)
+            elif type(part) is dict and part.get("type") in ("text", "output_text"):
+                texts.append(read_str(part.get("text"), "content text"))
+            else:
+                raise Malformed("content holds a part that is not text")
+        return "".join(texts)
+    raise Malformed("content is not a string")
+
+
+def _reasoning(holder: dict[str, Any]) -> str:
+    """The reasoning text of a message or delta (vLLM and DeepSeek: ``reasoning_content``;
+    OpenRouter and Ollama: ``reasoning``); another type there is ignored."""
+    value = holder.get("reasoning_content") or holder.get("reasoning")
+    return value if type(value) is str else ""
+
+
+def _finish(raw: Any) -> str | None:
+    if raw is None or (type(raw) is str and len(raw) <= 256):
+        return raw
+    if type(raw) is str:
+        return raw[:256]
+    raise Malformed("finish_reason is not a string")
 
 
 def _response(
@@ -386,10 +481,10 @@ def _response(
     text: str,
     refusal: str,
     calls: list[tuple[str, str, str]],
-    finish: str | None,
+    finish: Any,
     usage: Any,
-    response_id: str | None,
-    model: str | None,
+    response_id: Any,
+    model: Any,
     request_id: str | None,
 ) -> ModelResponse:
     parts: list[Part] = []
@@ -403,6 +498,7 @@ def _response(
                 id=call_id, name=name, arguments=parse_arguments(arguments)
             )
         )
+    finish = _finish(finish)
     stop = _FINISH_REASONS.get(finish, StopReason.UNKNOWN) if finish else StopReason.UNKNOWN
     stop_details: dict[str, Any] | None = None
     if refusal:
@@ -426,7 +522,7 @@ def _response(
             {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
             for i, n, a in calls
         ]
-    model = model or provider.model
+    model = short(model) or provider.model
     return ModelResponse.model_construct(
         content=tuple(parts),
         stop_reason=stop,
@@ -438,7 +534,7 @@ def _response(
             provider=provider.name, api="chat.completions", model=model, raw=raw
         ),
         stop_details=stop_details,
-        response_id=response_id,
+        response_id=short(response_id),
     )
 
 
@@ -452,6 +548,9 @@ class _Call:
         self.started = False
 
 
+_MAX_INDEX = 2**31 - 1
+
+
 class _StreamParser:
     """Decodes the chunk stream of one Chat Completions response."""
 
@@ -459,6 +558,8 @@ class _StreamParser:
         "_calls",
         "_finish",
         "_id",
+        "_last",
+        "_max_calls",
         "_model",
         "_provider",
         "_reasoning",
@@ -472,14 +573,16 @@ class _StreamParser:
     def __init__(self, provider: OpenAIProvider, request_id: str | None) -> None:
         self._provider = provider
         self._request_id = request_id
+        self._max_calls = provider.limits.max_blocks
         self._text: list[str] = []
         self._reasoning: list[str] = []
         self._refusal: list[str] = []
         self._calls: dict[int, _Call] = {}
-        self._finish: str | None = None
+        self._finish: Any = None
         self._usage: Any = None
-        self._id: str | None = None
-        self._model: str | None = None
+        self._id: Any = None
+        self._model: Any = None
+        self._last = -1
         self.done = False
 
     def feed(self, event: bytes, data: bytes) -> tuple[StreamDelta, ...] | StreamDelta | None:
@@ -487,8 +590,10 @@ class _StreamParser:
             self.done = True
             return None
         obj = _loads(data)
-        if obj.get("error"):
-            raise stream_error(obj, provider=self._provider.name, request_id=self._request_id)
+        if obj.get("error"):  # AttributeError (malformed) unless a JSON object
+            raise stream_error(
+                obj, provider=self._provider.name, request_id=self._request_id, size=len(data)
+            )
         if self._id is None:
             self._id = obj.get("id")
             self._model = obj.get("model")
@@ -507,45 +612,75 @@ class _StreamParser:
             return None
         content = delta.get("content")
         tool_calls = delta.get("tool_calls")
-        if content and not tool_calls:
+        if content and not tool_calls and type(content) is str:
             self._text.append(content)
             return TextDelta(content)
         out: list[StreamDelta] = []
         if content:
+            content = _content(content)
             self._text.append(content)
             out.append(TextDelta(content))
-        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        reasoning = _reasoning(delta)
         if reasoning:
             self._reasoning.append(reasoning)
             out.append(ThinkingDelta(reasoning))
         refusal = delta.get("refusal")
         if refusal:
-            self._refusal.append(refusal)
+            self._refusal.append(read_str(refusal, "refusal"))
         if tool_calls:
-            calls = self._calls
-            for fragment in tool_calls:
-                index = fragment.get("index", len(calls))
-                call = calls.get(index)
-                if call is None:
-                    call = calls[index] = _Call()
-                if fragment.get("id"):
-                    call.id = fragment["id"]
-                function = fragment.get("function") or {}
-                name = function.get("name")
-                if name and not call.name:
-                    call.name = name
-                arguments = function.get("arguments")
-                if arguments:
-                    call.chunks.append(arguments)
-                if call.started:
-                    if arguments:
-                        out.append(ToolCallDelta(call.id, arguments, index))
-                elif call.id and call.name:
-                    call.started = True
-                    out.append(ToolCallStarted(call.id, call.name, index))
-                    if call.chunks:
-                        out.append(ToolCallDelta(call.id, "".join(call.chunks), index))
+            self._tool_calls(tool_calls, out)
         return tuple(out)
+
+    def _tool_calls(self, fragments: list[Any], out: list[StreamDelta]) -> None:
+        calls = self._calls
+        for fragment in fragments:
+            index = fragment.get("index")
+            if index is None:
+                index = self._unindexed(fragment)
+            elif type(index) is not int or not 0 <= index <= _MAX_INDEX:
+                raise Malformed("a tool call index that is not a small integer")
+            call = calls.get(index)
+            if call is None:
+                if len(calls) >= self._max_calls:
+                    raise _too_many(self._max_calls)
+                call = calls[index] = _Call()
+                self._last = max(self._last, index)
+            call_id = fragment.get("id")
+            if call_id and not call.started:
+                call.id = read_call_id(call_id)
+            function = fragment.get("function") or {}
+            name = function.get("name")
+            if name and not call.name:
+                call.name = read_name(name, "tool call name")
+            arguments = function.get("arguments")
+            if arguments:
+                if type(arguments) is not str:
+                    arguments = _arguments(arguments)
+                call.chunks.append(arguments)
+            if call.started:
+                if arguments:
+                    out.append(ToolCallDelta(call.id, arguments, index))
+            elif call.name:
+                if not call.id:
+                    call.id = new_call_id()
+                call.started = True
+                out.append(ToolCallStarted(call.id, call.name, index))
+                if call.chunks:
+                    out.append(ToolCallDelta(call.id, "".join(call.chunks), index))
+
+    def _unindexed(self, fragment: Any) -> int:
+        """The index of a fragment sent without one: a new call when it carries a new id, or
+        a name while the latest call has one; else the latest call."""
+        current = self._calls.get(self._last)
+        call_id = fragment.get("id")
+        name = (fragment.get("function") or {}).get("name")
+        if (
+            current is None
+            or (call_id and call_id != current.id)
+            or (name and current.name and not call_id)
+        ):
+            return self._last + 1
+        return self._last
 
     def finish(self) -> ModelResponse:
         if not self.done:
@@ -555,8 +690,8 @@ class _StreamParser:
                 request_id=self._request_id,
             )
         calls = [
-            (call.id or f"call_{index}", call.name, "".join(call.chunks))
-            for index, call in sorted(self._calls.items())
+            (call.id or new_call_id(), call.name, "".join(call.chunks))
+            for _, call in sorted(self._calls.items())
         ]
         return _response(
             self._provider,

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._faults import Hostile
 from ._script import Fault, call, reply
 from ._scripted import ScriptedProvider
 
 if TYPE_CHECKING:
     from ._server import FakeLLMServer
 
-__all__ = ["FakeLLMServer", "Fault", "ScriptedProvider", "call", "reply"]
+__all__ = ["FakeLLMServer", "Fault", "Hostile", "ScriptedProvider", "call", "reply"]
 
 
 def __getattr__(name: str) -> Any:

@@ -31,16 +31,17 @@ from typing import Any, Literal, TypeAlias
 
 from ..messages import INVALID_ARGUMENTS_KEY, TextPart, ThinkingPart, ToolCallPart
 from ..providers._types import ModelResponse, StopReason, Usage
+from ._faults import Hostile, play
 from ._script import Fault, reply
 
 __all__ = ["FakeLLMServer", "RecordedRequest", "ServerTurn"]
 
 API: TypeAlias = Literal["anthropic", "openai"]
 
-ServerTurn: TypeAlias = "ModelResponse | str | Fault | Callable[[dict[str, Any]], Any]"
+ServerTurn: TypeAlias = "ModelResponse | str | Fault | Hostile | Callable[[dict[str, Any]], Any]"
 """What answers one request: a :func:`~fanloop.testing.reply`, a plain text answer, a
-:class:`~fanloop.testing.Fault`, or a function of the parsed request body (sync or async)
-returning one of those."""
+:class:`~fanloop.testing.Fault`, a :class:`~fanloop.testing._faults.Hostile` server, or a
+function of the parsed request body (sync or async) returning one of those."""
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
@@ -187,6 +188,10 @@ class FakeLLMServer:
     ``Fault.slow(delay, turn)`` waits before the first byte. (For a request that is not
     streamed, an error event becomes the matching HTTP error, and a drop or truncation cuts
     the JSON body short.)
+
+    Hostile servers (:class:`~fanloop.testing._faults.Hostile`): keep-alives forever, a huge
+    event, a flood of tiny ones, malformed usage, tool calls without ids, no end marker,
+    garbage, raw bytes, error responses with hostile headers or huge (or gzip-bomb) bodies.
 
     Args:
         script: turns for the shared queue.
@@ -476,6 +481,10 @@ class FakeLLMServer:
         if self.latency:
             await asyncio.sleep(self.latency)
         fault: Fault | None = None
+        if isinstance(turn, Hostile):
+            stream = body.get("stream") is True
+            model = str(body.get("model") or "fake-model")
+            return await play(self, turn, writer, api, model, request_id, stream)
         if isinstance(turn, Fault):
             fault = turn
             if fault.delay:
@@ -506,7 +515,9 @@ class FakeLLMServer:
             return await self._send_stream(writer, api, response, model, request_id, fault)
         return await self._send_json(writer, api, response, model, request_id, fault)
 
-    async def _next_turn(self, api: str, body: dict[str, Any]) -> ModelResponse | Fault | None:
+    async def _next_turn(
+        self, api: str, body: dict[str, Any]
+    ) -> ModelResponse | Fault | Hostile | None:
         item: Any
         own, shared = self._queues[api], self._queues[None]
         if own:
@@ -518,7 +529,7 @@ class FakeLLMServer:
         else:
             return None
         while True:
-            if isinstance(item, ModelResponse | Fault):
+            if isinstance(item, ModelResponse | Fault | Hostile):
                 return item
             if isinstance(item, str):
                 return reply(item)

@@ -1,0 +1,526 @@
+"""Hostile servers for :class:`~fanloop.testing.FakeLLMServer`: :class:`Hostile` turns.
+
+A :class:`~fanloop.testing.Fault` is a failure a well-behaved server has (a 429, a dropped
+connection). A :class:`Hostile` turn is a server that misbehaves: keep-alives forever, one
+huge event, a flood of tiny ones, usage numbers that are not numbers, tool calls without ids,
+a body of garbage, a gzip bomb. Queue one like any turn::
+
+    server.add(Hostile.huge_frame(64 * 1024 * 1024), Hostile.usage(output_tokens=-5))
+
+Big bodies are generated as they are written, in chunks, never held whole in memory, and a
+body that runs forever (:meth:`Hostile.keepalive`) stops when the client goes away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..providers._types import ModelResponse
+from ._script import reply
+
+if TYPE_CHECKING:
+    from ._server import FakeLLMServer
+
+__all__ = ["Hostile"]
+
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+
+# The usage fields of each API, by fanloop's names (others are sent under the name given).
+_USAGE_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
+    "anthropic": {
+        "input_tokens": ("input_tokens",),
+        "output_tokens": ("output_tokens",),
+        "cache_read_tokens": ("cache_read_input_tokens",),
+        "cache_write_tokens": ("cache_creation_input_tokens",),
+    },
+    "openai": {
+        "input_tokens": ("prompt_tokens",),
+        "output_tokens": ("completion_tokens",),
+        "cache_read_tokens": ("prompt_tokens_details", "cached_tokens"),
+        "cache_write_tokens": ("prompt_tokens_details", "cache_write_tokens"),
+    },
+}
+_WRITE = 64 * 1024  # batch small frames into writes of about this size
+_UNSET: Any = object()
+
+
+@dataclass(frozen=True, slots=True)
+class Hostile:
+    """A misbehaving server's answer, for :class:`~fanloop.testing.FakeLLMServer` to play.
+
+    Build one with the class methods; each documents what a streamed and a non-streamed
+    request get. A hostile turn that carries a ``turn`` plays that turn, damaged; without one
+    it damages a short text answer (or one with a tool call, for :meth:`missing_ids`).
+    """
+
+    mode: str
+    turn: ModelResponse | None = None
+    size: int = 0
+    count: int = 0
+    interval: float = 0.0
+    chunk_size: int = 1024 * 1024
+    status: int = 200
+    headers: tuple[tuple[str, str], ...] = ()
+    body: bytes | tuple[bytes, ...] = b""
+    content_type: str | None = None
+    gzip: bool = False
+    ping: bool = False
+    kind: str = "text"
+    patch: Callable[[dict[str, Any]], Any] | None = None
+
+    @classmethod
+    def keepalive(
+        cls,
+        interval: float = 0.05,
+        *,
+        ping: bool = False,
+        after: ModelResponse | str | None = None,
+    ) -> Hostile:
+        """A 200 stream of nothing but keep-alives, one every ``interval`` seconds, forever
+        (until the client disconnects): SSE comments (``: ping``), or Anthropic ``ping``
+        events with ``ping=True``. With ``after``, that turn is streamed whole first, end
+        marker included, and the body never ends. A non-streamed request gets a body of
+        spaces, forever."""
+        return cls(
+            "keepalive", interval=interval, ping=ping, turn=None if after is None else _turn(after)
+        )
+
+    @classmethod
+    def huge_frame(
+        cls, size: int = 64 * 1024 * 1024, *, chunk_size: int = 1024 * 1024, gzip: bool = False
+    ) -> Hostile:
+        """A valid stream whose one text delta is ``size`` bytes, written ``chunk_size`` at a
+        time (with ``gzip=True``, compressed: a few hundred KiB on the wire). A non-streamed
+        request gets a JSON body whose text is ``size`` bytes."""
+        return cls("huge_frame", size=size, chunk_size=chunk_size, gzip=gzip)
+
+    @classmethod
+    def flood(cls, count: int = 100_000, *, kind: str = "text") -> Hostile:
+        """``count`` tiny frames. ``kind``: ``"text"`` (a valid answer of ``count``
+        one-character deltas), ``"keepalive"`` (``count`` SSE comments, then a short answer)
+        or ``"tool_calls"`` (a turn of ``count`` tool calls). A non-streamed request gets the
+        same content in one body."""
+        if kind not in ("text", "keepalive", "tool_calls"):
+            raise ValueError("kind must be 'text', 'keepalive' or 'tool_calls'")
+        return cls("flood", count=count, kind=kind)
+
+    @classmethod
+    def patched(
+        cls, patch: Callable[[dict[str, Any]], Any], turn: ModelResponse | str | None = None
+    ) -> Hostile:
+        """Play ``turn`` with every JSON payload (each stream event, or the body) passed
+        through ``patch`` first: it edits the dict in place (returning ``None``) or returns
+        the value to send instead (``bytes`` are sent verbatim)."""
+        return cls("patched", turn=_turn(turn), patch=patch)
+
+    @classmethod
+    def usage(
+        cls, turn: ModelResponse | str | None = None, *, raw: Any = _UNSET, **fields: Any
+    ) -> Hostile:
+        """Play ``turn`` with its usage changed: ``fields`` by fanloop's names
+        (``output_tokens="5"``, ``input_tokens=-3``; other names are sent as given), or the
+        whole usage object replaced by ``raw`` (e.g. ``raw="lots"``)."""
+
+        def patch(payload: dict[str, Any]) -> None:
+            holder = payload.get("message") if payload.get("type") == "message_start" else payload
+            if not isinstance(holder, dict) or "usage" not in holder:
+                return
+            if raw is not _UNSET:
+                holder["usage"] = raw
+                return
+            usage = holder["usage"]
+            if not isinstance(usage, dict):
+                return
+            api = "openai" if "completion_tokens" in usage else "anthropic"
+            for name, value in fields.items():
+                path = _USAGE_NAMES[api].get(name, (name,))
+                target: dict[str, Any] = usage
+                for key in path[:-1]:
+                    target = target.setdefault(key, {})
+                target[path[-1]] = value
+
+        return cls("patched", turn=_turn(turn), patch=patch)
+
+    @classmethod
+    def missing_ids(cls, turn: ModelResponse | None = None) -> Hostile:
+        """Play ``turn`` (by default one tool call, ``get_weather``) with every tool-call id
+        left out, as some OpenAI-compatible servers do."""
+        if turn is None:
+            from ._script import call
+
+            turn = reply(tool_calls=[call("get_weather", city="Paris")])
+
+        def patch(payload: dict[str, Any]) -> None:
+            for holder in _tool_call_holders(payload):
+                holder.pop("id", None)
+
+        return cls("patched", turn=turn, patch=patch)
+
+    @classmethod
+    def no_end_marker(cls, turn: ModelResponse | str | None = None) -> Hostile:
+        """Stream ``turn`` whole but without its end marker (``message_stop`` /
+        ``[DONE]``); the body ends cleanly. A non-streamed request gets half the body."""
+        return cls("no_end_marker", turn=_turn(turn))
+
+    @classmethod
+    def garbage(
+        cls, data: bytes | None = None, *, size: int = 4096, seed: int = 0, status: int = 200
+    ) -> Hostile:
+        """A body of ``data`` (default: ``size`` random bytes) with status ``status``."""
+        body = data if data is not None else random.Random(seed).randbytes(size)
+        return cls("raw", body=body, status=status)
+
+    @classmethod
+    def raw(
+        cls,
+        body: bytes | Iterable[bytes],
+        *,
+        status: int = 200,
+        headers: dict[str, str] | None = None,
+        content_type: str | None = None,
+    ) -> Hostile:
+        """Exactly ``body`` (bytes, or chunks of it) as the response body, chunked. The
+        content type defaults to ``text/event-stream`` for a streamed request, else JSON."""
+        chunks = body if isinstance(body, bytes) else tuple(body)
+        return cls(
+            "raw",
+            body=chunks,
+            status=status,
+            headers=tuple((headers or {}).items()),
+            content_type=content_type,
+        )
+
+    @classmethod
+    def raw_http(cls, data: bytes) -> Hostile:
+        """Exactly ``data`` on the connection, status line and headers included (e.g. a
+        garbage status line, a header of megabytes), then the connection closes."""
+        return cls("raw_http", body=data)
+
+    @classmethod
+    def error(
+        cls,
+        status: int = 429,
+        *,
+        headers: dict[str, str] | None = None,
+        size: int = 0,
+        gzip: bool = False,
+    ) -> Hostile:
+        """An HTTP error with raw ``headers`` (e.g. ``{"retry-after": "nan"}``) and an error
+        body in the API's format whose message is ``size`` bytes long (0: a short one),
+        generated as it is written (``gzip=True``: compressed on the wire)."""
+        return cls(
+            "error", status=status, headers=tuple((headers or {}).items()), size=size, gzip=gzip
+        )
+
+
+def _turn(turn: ModelResponse | str | None) -> ModelResponse:
+    if turn is None:
+        return reply("A short answer from a hostile server.")
+    return reply(turn) if isinstance(turn, str) else turn
+
+
+def _tool_call_holders(payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The dicts that carry a tool call's id, in any payload of either API."""
+    block = payload.get("content_block")
+    if isinstance(block, dict) and block.get("type") == "tool_use":
+        yield block
+    for block in payload.get("content") or ():
+        if isinstance(block, dict) and block.get("type") == "tool_use":
+            yield block
+    for choice in payload.get("choices") or ():
+        for key in ("delta", "message"):
+            holder = choice.get(key) if isinstance(choice, dict) else None
+            if isinstance(holder, dict):
+                yield from (c for c in holder.get("tool_calls") or () if isinstance(c, dict))
+
+
+# -- playing --------------------------------------------------------------------------------
+
+
+async def play(
+    server: FakeLLMServer,
+    hostile: Hostile,
+    writer: asyncio.StreamWriter,
+    api: str,
+    model: str,
+    request_id: str,
+    stream: bool,
+) -> bool:
+    """Answer one request with ``hostile``; ``False`` when the connection must close."""
+    from . import _server as s
+
+    mode = hostile.mode
+    if mode == "error":
+        return await _error(server, hostile, writer, api, request_id)
+    if mode == "raw_http":
+        body = hostile.body
+        writer.write(body if isinstance(body, bytes) else b"".join(body))
+        await writer.drain()
+        return False
+    content_type = hostile.content_type or ("text/event-stream" if stream else "application/json")
+    extra = "".join(f"{k}: {v}\r\n" for k, v in hostile.headers)
+    if hostile.gzip:
+        extra += "content-encoding: gzip\r\n"
+    head = server._head(hostile.status, content_type, request_id, extra)
+    writer.write(f"{head}transfer-encoding: chunked\r\n\r\n".encode())
+    if mode == "keepalive":
+        if hostile.turn is not None and stream:
+            render = s._anthropic_events if api == "anthropic" else s._openai_chunks
+            frames = render(hostile.turn, model, request_id, server.chars_per_delta).frames
+            await _chunk(writer, b"".join(frames))
+        await _forever(writer, hostile, api, stream)
+        return False
+    pieces: Iterable[bytes]
+    if mode == "raw":
+        pieces = (hostile.body,) if isinstance(hostile.body, bytes) else hostile.body
+    elif mode == "huge_frame":
+        pieces = _huge(api, model, request_id, hostile, stream)
+    elif mode == "flood":
+        pieces = _batched(_flood(api, model, request_id, hostile, stream))
+    else:
+        response = hostile.turn or _turn(None)
+        if stream:
+            render = s._anthropic_events if api == "anthropic" else s._openai_chunks
+            frames = render(response, model, request_id, server.chars_per_delta).frames
+            if mode == "no_end_marker":
+                frames = frames[:-1]
+            elif hostile.patch is not None:
+                frames = [_patch_frame(frame, hostile.patch) for frame in frames]
+            pieces = [b"".join(frames)]
+        else:
+            build = s._anthropic_message if api == "anthropic" else s._openai_completion
+            payload = build(response, model, request_id)
+            data = _patched(payload, hostile.patch) if hostile.patch else _dumps(payload).encode()
+            pieces = [data[: len(data) // 2] if mode == "no_end_marker" else data]
+    await _write(writer, pieces, hostile.gzip)
+    return True
+
+
+async def _write(writer: asyncio.StreamWriter, pieces: Iterable[bytes], gzip: bool) -> None:
+    """Write ``pieces`` as chunks (compressed when ``gzip``), then the body's end."""
+    compress = zlib.compressobj(wbits=31) if gzip else None
+    for piece in pieces:
+        if compress is not None:
+            piece = compress.compress(piece)
+        await _chunk(writer, piece)
+    if compress is not None:
+        await _chunk(writer, compress.flush())
+    writer.write(b"0\r\n\r\n")
+    await writer.drain()
+
+
+async def _chunk(writer: asyncio.StreamWriter, piece: bytes) -> None:
+    if not piece:
+        return
+    if writer.transport.is_closing():
+        raise ConnectionResetError("the client went away")
+    writer.write(b"%x\r\n" % len(piece))
+    writer.write(piece)
+    writer.write(b"\r\n")
+    await writer.drain()
+
+
+async def _forever(writer: asyncio.StreamWriter, hostile: Hostile, api: str, stream: bool) -> None:
+    if not stream:
+        frame = b" "
+    elif hostile.ping and api == "anthropic":
+        frame = b'event: ping\ndata: {"type":"ping"}\n\n'
+    else:
+        frame = b": ping\n\n"
+    while True:
+        await _chunk(writer, frame)
+        await asyncio.sleep(hostile.interval)
+
+
+def _huge(api: str, model: str, request_id: str, hostile: Hostile, stream: bool) -> Iterator[bytes]:
+    """A turn whose text is ``hostile.size`` bytes of ``x``, in ``chunk_size`` pieces."""
+    from . import _server as s
+
+    marker = "\x00MARK\x00"
+    response = reply(marker)
+    if stream:
+        render = s._anthropic_events if api == "anthropic" else s._openai_chunks
+        body = b"".join(render(response, model, request_id, len(marker)).frames)
+    else:
+        build = s._anthropic_message if api == "anthropic" else s._openai_completion
+        body = _dumps(build(response, model, request_id)).encode()
+    before, _, after = body.partition(_dumps(marker)[1:-1].encode())
+    yield before
+    piece = b"x" * min(hostile.chunk_size, hostile.size)
+    left = hostile.size
+    while left >= len(piece) > 0:
+        yield piece
+        left -= len(piece)
+    if left:
+        yield piece[:left]
+    yield after
+
+
+def _flood(
+    api: str, model: str, request_id: str, hostile: Hostile, stream: bool
+) -> Iterator[bytes]:
+    from . import _server as s
+
+    count = hostile.count
+    if hostile.kind == "tool_calls":
+        yield from _many_calls(api, model, request_id, count, stream)
+        return
+    if hostile.kind == "keepalive":
+        response = _turn(None)
+        if stream:
+            yield from (b": ping\n\n" for _ in range(count))
+    else:
+        response = reply("x" * count)
+    if stream:
+        render = s._anthropic_events if api == "anthropic" else s._openai_chunks
+        yield from render(response, model, request_id, 1).frames
+    else:
+        build = s._anthropic_message if api == "anthropic" else s._openai_completion
+        yield _dumps(build(response, model, request_id)).encode()
+
+
+def _many_calls(api: str, model: str, request_id: str, count: int, stream: bool) -> Iterator[bytes]:
+    """A turn of ``count`` tool calls, rendered without building ``count`` parts."""
+    from . import _server as s
+
+    if api == "anthropic":
+        if not stream:
+            blocks = (
+                {"type": "tool_use", "id": f"toolu_{i}", "name": "noop", "input": {}}
+                for i in range(count)
+            )
+            message = {
+                "id": f"msg_{request_id}",
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": _LIST,
+                "stop_reason": "tool_use",
+                "stop_sequence": None,
+                "usage": {"input_tokens": 1, "output_tokens": 1},
+            }
+            yield from _json_with_list(message, blocks)
+            return
+        frames = s._anthropic_events(reply("go"), model, request_id, 12).frames
+        yield frames[0]  # message_start
+        for i in range(count):
+            block = {"type": "tool_use", "id": f"toolu_{i}", "name": "noop", "input": {}}
+            yield s._sse(
+                "content_block_start",
+                {"type": "content_block_start", "index": i, "content_block": block},
+            )
+            yield s._sse("content_block_stop", {"type": "content_block_stop", "index": i})
+        yield s._sse(
+            "message_delta",
+            {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {}},
+        )
+        yield s._sse("message_stop", {"type": "message_stop"})
+        return
+    calls: Iterator[dict[str, Any]] = (
+        {"index": i, "id": f"call_{i}", "type": "function",
+         "function": {"name": "noop", "arguments": "{}"}}
+        for i in range(count)
+    )  # fmt: skip
+    if not stream:
+        answer = {"role": "assistant", "content": None, "tool_calls": _LIST}
+        completion = {
+            "id": f"chatcmpl-{request_id}",
+            "object": "chat.completion",
+            "model": model,
+            "choices": [{"index": 0, "message": answer, "finish_reason": "tool_calls"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        }
+        yield from _json_with_list(completion, calls)
+        return
+    for call in calls:
+        choice = {"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": None}
+        yield b"data: %s\n\n" % _dumps({"id": request_id, "choices": [choice]}).encode()
+    choice = {"index": 0, "delta": {}, "finish_reason": "tool_calls"}
+    yield b"data: %s\n\ndata: [DONE]\n\n" % _dumps({"id": request_id, "choices": [choice]}).encode()
+
+
+_LIST = "\x00LIST\x00"
+
+
+def _json_with_list(payload: dict[str, Any], items: Iterable[Any]) -> Iterator[bytes]:
+    """The JSON of ``payload`` with its :data:`_LIST` value replaced by the list of
+    ``items``, in pieces: no single encoding call holds the GIL long (the server shares its
+    process with the tests' heartbeats)."""
+    before, _, after = _dumps(payload).encode().partition(_dumps(_LIST).encode())
+    yield before + b"["
+    yield from _batched(
+        (b"," if i else b"") + _dumps(item).encode() for i, item in enumerate(items)
+    )
+    yield b"]" + after
+
+
+def _batched(frames: Iterable[bytes]) -> Iterator[bytes]:
+    batch: list[bytes] = []
+    size = 0
+    for frame in frames:
+        batch.append(frame)
+        size += len(frame)
+        if size >= _WRITE:
+            yield b"".join(batch)
+            batch.clear()
+            size = 0
+    if batch:
+        yield b"".join(batch)
+
+
+def _patched(payload: Any, patch: Callable[[dict[str, Any]], Any] | None) -> bytes:
+    if patch is not None and isinstance(payload, dict):
+        replaced = patch(payload)
+        if replaced is not None:
+            payload = replaced
+    return payload if isinstance(payload, bytes) else _dumps(payload).encode()
+
+
+def _patch_frame(frame: bytes, patch: Callable[[dict[str, Any]], Any]) -> bytes:
+    """``frame`` with the JSON of its ``data:`` line passed through ``patch``."""
+    lines = frame.rstrip(b"\n").split(b"\n")
+    for i, line in enumerate(lines):
+        if line.startswith(b"data: ") and line != b"data: [DONE]":
+            lines[i] = b"data: " + _patched(json.loads(line[6:]), patch)
+    return b"\n".join(lines) + b"\n\n"
+
+
+async def _error(
+    server: FakeLLMServer,
+    hostile: Hostile,
+    writer: asyncio.StreamWriter,
+    api: str,
+    request_id: str,
+) -> bool:
+    extra = "".join(f"{k}: {v}\r\n" for k, v in hostile.headers)
+    if hostile.gzip:
+        extra += "content-encoding: gzip\r\n"
+    head = server._head(hostile.status, "application/json", request_id, extra)
+    writer.write(f"{head}transfer-encoding: chunked\r\n\r\n".encode())
+    if api == "openai":
+        payload: dict[str, Any] = {
+            "error": {"message": "\x00", "type": "server_error", "param": None, "code": None}
+        }
+    else:
+        payload = {"type": "error", "error": {"type": "api_error", "message": "\x00"}}
+    before, _, after = _dumps(payload).encode().partition(b"\\u0000")
+
+    def pieces() -> Iterator[bytes]:
+        yield before
+        if not hostile.size:
+            yield b"a hostile server's error"
+        piece = b"e" * min(hostile.chunk_size, max(hostile.size, 1))
+        left = hostile.size
+        while left > 0:
+            yield piece[:left]
+            left -= len(piece)
+        yield after
+
+    await _write(writer, pieces(), hostile.gzip)
+    return True
