@@ -13,6 +13,7 @@ lock) that long.
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -34,6 +35,8 @@ class Heartbeat:
 async def heartbeat(interval: float = 0.01) -> AsyncIterator[Heartbeat]:
     """Tick every ``interval`` seconds while the body runs; see the module docstring."""
     beat = Heartbeat(interval)
+    gc.collect()
+    gc.freeze()  # full collections of the test process's own garbage are not the code's doing
 
     async def tick() -> None:
         last = time.monotonic()
@@ -50,3 +53,4 @@ async def heartbeat(interval: float = 0.01) -> AsyncIterator[Heartbeat]:
             yield beat
         finally:
             tg.cancel_scope.cancel()
+            gc.unfreeze()

@@ -21,7 +21,8 @@ retry_after=0.1)``.
      │    ├── ProviderConnectionError dropped or refused connection, transport error mid-stream
      │    │                                                     transient
      │    ├── ResponseInvalid        empty turn, malformed payload               transient
-     │    │    └── StreamIncomplete  a stream that ended without its end marker  transient
+     │    │    ├── StreamIncomplete  a stream that ended without its end marker  transient
+     │    │    └── ResponseTooLarge  a response, frame or block count over its cap permanent
      │    ├── AuthenticationError    401/403                    permanent
      │    └── BadRequest             400/404/413/422            permanent
      │         └── ContextWindowExceeded  the prompt does not fit the model's window
@@ -55,6 +56,7 @@ __all__ = [
     "ProviderTimeout",
     "RateLimited",
     "ResponseInvalid",
+    "ResponseTooLarge",
     "ScriptExhausted",
     "ServerError",
     "StreamIncomplete",
@@ -192,6 +194,15 @@ class ResponseInvalid(ProviderError):
 
 class StreamIncomplete(ResponseInvalid):
     """The response stream ended before its end marker."""
+
+
+class ResponseTooLarge(ResponseInvalid):
+    """A response, stream frame or count of content blocks over its cap.
+
+    Not transient: the same request would very likely fetch the same oversized answer again.
+    """
+
+    transient = False
 
 
 class AuthenticationError(ProviderError):

@@ -20,7 +20,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from ..errors import ResponseInvalid
+from ..errors import ResponseTooLarge
 from ..messages import INVALID_ARGUMENTS_KEY
 
 __all__ = [
@@ -61,15 +61,6 @@ _decode = json.JSONDecoder().decode
 
 class Malformed(ValueError):
     """A value from the server of the wrong type, shape or range."""
-
-
-class ResponseTooLarge(ResponseInvalid):
-    """A response, stream frame or count of content blocks over its cap.
-
-    Not transient: the same request would very likely fetch the same oversized answer again.
-    """
-
-    transient = False
 
 
 def loads(data: bytes | str) -> Any:

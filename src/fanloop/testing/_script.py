@@ -15,7 +15,7 @@ __all__ = ["Fault", "call", "reply"]
 def call(name: str, /, _id: str | None = None, **arguments: Any) -> ToolCallPart:
     """A scripted tool call; the id is random (``call_…``, unique like a provider's) unless
     ``_id`` is given."""
-    return ToolCallPart(id=_id or f"call_{uuid.uuid4().hex[:12]}", name=name, arguments=arguments)
+    return ToolCallPart(id=_id or f"call_{uuid.uuid4().hex[:24]}", name=name, arguments=arguments)
 
 
 def reply(
