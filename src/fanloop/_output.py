@@ -293,7 +293,7 @@ class _PartialWatcher:
             if not isinstance(value, dict) or "response" not in value:
                 return
             value = value["response"]
-        if value != self._last:
+        if value != self._last and (value or self._last is not None):
             self._last = value
             await self._emit(OutputPartial(value))
 
