@@ -95,6 +95,26 @@ class RunResult(BaseModel, Generic[OutputT]):
     detail: str | None = None
     pending_approvals: tuple[PendingApproval, ...] = ()
 
+    def raise_if_incomplete(self) -> RunResult[OutputT]:
+        """Return this result if the run completed; raise otherwise.
+
+        One line turns every other ending (a limit, a refusal, an invalid answer, a call
+        waiting for approval...) into an error::
+
+            result = (await agent.run("...")).raise_if_incomplete()
+
+        Raises:
+            RunIncomplete: the run ended some other way; the error carries this result.
+        """
+        if self.termination_reason is TerminationReason.COMPLETED:
+            return self
+        from .errors import RunIncomplete
+
+        detail = f": {self.detail}" if self.detail else ""
+        raise RunIncomplete(
+            f"the run ended with {self.termination_reason.value}{detail}", result=self
+        )
+
     @property
     def new_messages(self) -> tuple[Message, ...]:
         """The messages this run added to the conversation."""

@@ -12,6 +12,7 @@ retry_after=0.1)``.
      ├── ToolError                   raised by a tool: becomes an error result the model sees
      ├── ModelRetry                  raised by a tool or an output validator: "try again, because"
      ├── ApprovalError               resume() answers that do not match the pending approvals
+     ├── RunIncomplete               RunResult.raise_if_incomplete(): the run did not complete
      ├── ProviderError               a model call failed        .transient says "retry me"
      │    ├── RateLimited            429                        transient
      │    ├── Overloaded             529, "overloaded_error"    transient
@@ -57,6 +58,7 @@ __all__ = [
     "RateLimited",
     "ResponseInvalid",
     "ResponseTooLarge",
+    "RunIncomplete",
     "ScriptExhausted",
     "ServerError",
     "StreamIncomplete",
@@ -88,6 +90,21 @@ class ModelRetry(FanloopError):
     """Raise from a tool or an output validator to send ``message`` back to the model, so it
     tries again (``ModelRetry("the total must be positive")``). From a tool it becomes that
     call's error result; from an output validator it counts against ``output_retries``."""
+
+
+class RunIncomplete(FanloopError):
+    """A run ended some other way than ``completed`` (raised by
+    :meth:`RunResult.raise_if_incomplete <fanloop.RunResult.raise_if_incomplete>`).
+
+    Attributes:
+        result: the run's :class:`~fanloop.RunResult`: nothing it did is lost.
+        termination_reason: how it ended.
+    """
+
+    def __init__(self, message: str = "", /, *, result: Any = None) -> None:
+        super().__init__(message)
+        self.result = result
+        self.termination_reason = getattr(result, "termination_reason", None)
 
 
 class ApprovalError(FanloopError, ValueError):

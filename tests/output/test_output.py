@@ -204,3 +204,17 @@ async def test_system_may_be_a_function_of_the_run_context() -> None:
     await agent.run("hello", deps={"user": "Ada"})
     await agent.run("hello", deps={"user": "Bob"})
     assert [r.system for r in provider.requests] == ["You help Ada.", "You help Bob."]
+
+
+async def test_raise_if_incomplete_turns_other_endings_into_an_error() -> None:
+    from fanloop import Limits
+    from fanloop.errors import RunIncomplete
+
+    done = await Agent(ScriptedProvider(["ok"])).run("hi")
+    assert done.raise_if_incomplete() is done
+    looping = ScriptedProvider([reply(tool_calls=[call("nothing")])] * 3)
+    cut = await Agent(looping, limits=Limits(max_turns=1)).run("hi")
+    with pytest.raises(RunIncomplete, match="max_turns") as info:
+        cut.raise_if_incomplete()
+    assert info.value.result is cut
+    assert info.value.termination_reason is TerminationReason.MAX_TURNS
