@@ -74,7 +74,7 @@ def test_from_env(env: dict[str, str], cls: type, name: str, base_url: str) -> N
     ("env", "missing"),
     [
         ({}, "LLM_PROVIDER"),
-        ({"LLM_PROVIDER": "anthropic"}, "LLM_MODEL"),
+        ({"LLM_PROVIDER": "vllm"}, "LLM_MODEL"),
         ({"LLM_PROVIDER": "anthropic", "LLM_MODEL": "m"}, "ANTHROPIC_API_KEY"),
         ({"LLM_PROVIDER": "openai", "LLM_MODEL": "m"}, "OPENAI_API_KEY"),
         ({"LLM_PROVIDER": "openrouter", "LLM_MODEL": "m"}, "OPENROUTER_API_KEY"),
@@ -114,3 +114,20 @@ def test_resolve_provider_strings() -> None:
 def test_resolve_provider_rejects(spec: str) -> None:
     with pytest.raises(ConfigurationError):
         resolve_provider(spec, api_key="k")
+
+
+@pytest.mark.parametrize(
+    ("vendor", "key", "model"),
+    [
+        ("openai", "OPENAI_API_KEY", "gpt-4.1"),
+        ("anthropic", "ANTHROPIC_API_KEY", "claude-sonnet-4-5"),
+    ],
+)
+def test_each_vendor_has_a_default_model(vendor: str, key: str, model: str) -> None:
+    """Seed 004's own example sets the vendor and the key, and no model."""
+    assert from_env({"LLM_PROVIDER": vendor, key: "sk-test"}).model == model
+
+
+def test_a_vendor_without_a_default_needs_the_model() -> None:
+    with pytest.raises(ConfigurationError, match="LLM_MODEL is not set"):
+        from_env({"LLM_PROVIDER": "vllm"})

@@ -13,7 +13,7 @@ from ..errors import ConfigurationError
 if TYPE_CHECKING:
     from .base import Provider
 
-__all__ = ["VENDORS", "from_env", "resolve_provider"]
+__all__ = ["DEFAULT_MODELS", "VENDORS", "from_env", "resolve_provider"]
 
 VENDORS = ("anthropic", "openai", "openrouter", "vllm", "ollama")
 """The vendor prefixes of model strings and the values of ``LLM_PROVIDER``."""
@@ -70,13 +70,24 @@ def _require(env: Mapping[str, str], name: str, why: str) -> str:
     return value
 
 
+DEFAULT_MODELS: dict[str, str] = {
+    "anthropic": "claude-sonnet-4-5",
+    "openai": "gpt-4.1",
+    "openrouter": "anthropic/claude-sonnet-4.5",
+}
+"""The model ``from_env`` uses when ``LLM_MODEL`` is not set (vLLM and Ollama serve whatever
+model they were started with: name it)."""
+
+
 def from_env(environ: Mapping[str, str] | None = None, **options: Any) -> Provider:
     """Build the provider that the environment describes.
 
     Variables:
 
     - ``LLM_PROVIDER``: ``anthropic``, ``openai``, ``openrouter``, ``vllm`` or ``ollama``;
-    - ``LLM_MODEL``: the model name;
+    - ``LLM_MODEL``: the model name (default: ``DEFAULT_MODELS[vendor]``, for the vendors that
+      have one: anthropic ``claude-sonnet-4-5``, openai ``gpt-4.1``, openrouter
+      ``anthropic/claude-sonnet-4.5``);
     - ``ANTHROPIC_API_KEY`` / ``OPENAI_API_KEY`` / ``OPENROUTER_API_KEY``: required for those
       vendors (``VLLM_API_KEY`` is optional);
     - ``ANTHROPIC_BASE_URL``, ``OPENAI_BASE_URL``, ``OPENROUTER_BASE_URL``, ``VLLM_BASE_URL``,
@@ -101,7 +112,9 @@ def from_env(environ: Mapping[str, str] | None = None, **options: Any) -> Provid
         raise ConfigurationError(
             f"LLM_PROVIDER={vendor!r} is not supported; expected one of {', '.join(VENDORS)}"
         )
-    model = _require(env, "LLM_MODEL", "the model name")
+    model = env.get("LLM_MODEL", "").strip() or DEFAULT_MODELS.get(vendor)
+    if not model:
+        raise ConfigurationError(f"LLM_MODEL is not set (the model name; {vendor} has no default)")
     if vendor == "anthropic":
         options.setdefault("api_key", _require(env, "ANTHROPIC_API_KEY", "needed for anthropic"))
         options.setdefault("base_url", env.get("ANTHROPIC_BASE_URL") or _ANTHROPIC_URL)
