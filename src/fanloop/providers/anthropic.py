@@ -17,6 +17,7 @@ thinking and server-tool blocks are replayed byte for byte in the next request.
 
 from __future__ import annotations
 
+import os
 from typing import Any, ClassVar
 
 import anthropic
@@ -143,6 +144,12 @@ class AnthropicProvider(HTTPProvider):
     ) -> None:
         if not model:
             raise ConfigurationError("AnthropicProvider needs a model name")
+        if api_key is None and not (
+            os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")
+        ):
+            raise ConfigurationError(
+                "AnthropicProvider needs an API key: pass api_key= or set ANTHROPIC_API_KEY"
+            )
         limits = WireLimits(max_response_bytes, max_frame_bytes, max_blocks)
         self.name = "anthropic"
         self.model = model
