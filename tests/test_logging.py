@@ -215,3 +215,36 @@ async def test_logs_in_concurrent_runs_keep_their_own_run_ids() -> None:
                 tg.start_soon(one, prompt)
     retries = {e["run_id"] for e in logs if e["event"] == "model_call_retry"}
     assert retries == {results["x"].run_id, results["z"].run_id}
+
+
+def test_an_application_that_configured_nothing_sees_its_own_code_fail_on_stderr(
+    tmp_path: Any,
+) -> None:
+    """A tool and a confirm callback that raise show their tracebacks where they failed."""
+    import subprocess
+    import sys
+
+    program = tmp_path / "app.py"
+    program.write_text(
+        "import anyio\n"
+        "from fanloop import Agent, tool\n"
+        "from fanloop.testing import ScriptedProvider, call, reply\n"
+        "@tool\n"
+        "def explode() -> str:\n"
+        '    """Boom."""\n'
+        '    return {}["missing"]\n'
+        "@tool(dangerous=True)\n"
+        "def wipe() -> str:\n"
+        '    """Wipe."""\n'
+        '    return "wiped"\n'
+        "def confirm(name, preview):\n"
+        '    raise KeyError("no such user")\n'
+        "model = ScriptedProvider([reply(tool_calls=[call('explode'), call('wipe')]), 'done'])\n"
+        "agent = Agent(model, tools=[explode, wipe], confirm=confirm)\n"
+        "print(anyio.run(agent.run, 'go').text)\n"
+    )
+    out = subprocess.run([sys.executable, str(program)], capture_output=True, text=True, timeout=60)
+    assert out.stdout == "done\n"
+    assert "tool_failed" in out.stderr and 'return {}["missing"]' in out.stderr
+    assert "confirm_failed" in out.stderr and 'raise KeyError("no such user")' in out.stderr
+    assert f'File "{program}"' in out.stderr

@@ -4,8 +4,9 @@ The library never configures logging. Unconfigured structlog prints every level 
 which would be noise in an application that never asked for fanloop's logs (and fatal in an
 MCP stdio server). So each call goes to ``structlog.get_logger("fanloop")`` when structlog is
 configured and to the stdlib ``logging.getLogger("fanloop")`` otherwise, where the application's
-logging configuration decides (a ``NullHandler`` keeps it silent until the application adds
-a handler).
+logging configuration decides. An application that configured no logging at all gets the
+standard library's default: warnings and errors (a tool or a callback of its own that raised,
+with its traceback) on stderr, nothing else, and never anything on stdout.
 
 Event names are fixed snake_case strings; values are key-value pairs. ``run_id``,
 ``agent_path``, ``turn`` and ``tool_call_id`` are bound through structlog's contextvars by the
@@ -24,7 +25,6 @@ from typing import Any
 __all__ = ["bind", "logger", "unbind"]
 
 _std = logging.getLogger("fanloop")
-_std.addHandler(logging.NullHandler())  # the library convention: silent until configured
 _LEVELS = {
     "debug": logging.DEBUG,
     "info": logging.INFO,
@@ -40,7 +40,10 @@ class _Logger:
     def _log(self, level: str, event: str, kw: dict[str, Any]) -> None:
         import structlog
 
+        exc_info = bool(kw.pop("exc_info", False)) or level == "exception"
         if _structlog_wanted():
+            if exc_info and level != "exception":
+                kw["exc_info"] = True
             getattr(structlog.get_logger("fanloop"), level)(event, **kw)
             return
         lvl = _LEVELS[level]
@@ -48,7 +51,7 @@ class _Logger:
             return
         fields = {**structlog.contextvars.get_contextvars(), **kw}
         text = " ".join([event, *(f"{k}={v!r}" for k, v in fields.items())])
-        _std.log(lvl, text, exc_info=level == "exception")
+        _std.log(lvl, text, exc_info=exc_info)
 
     def debug(self, event: str, **kw: Any) -> None:
         self._log("debug", event, kw)
