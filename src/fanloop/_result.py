@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Generic
+from typing import TYPE_CHECKING, Any, Generic
 
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import TypeVar
@@ -81,7 +81,10 @@ class RunResult(BaseModel, Generic[OutputT]):
     """
 
     model_config = ConfigDict(frozen=True)
-    output: OutputT = None  # type: ignore[assignment]
+    if TYPE_CHECKING:
+        output: OutputT
+    else:  # any value at run time: serialised as what it is, whatever the agent's type
+        output: Any = None
     text: str = ""
     messages: tuple[Message, ...] = ()
     usage: Usage = Field(default_factory=Usage)
