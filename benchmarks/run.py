@@ -23,6 +23,7 @@ import anyio
 
 import bench_concurrency
 import bench_core
+import bench_durable
 import bench_http
 from _common import Row, table, write
 from _server import serve
@@ -265,6 +266,8 @@ def main() -> None:
     rows += startup(1 if quick else 7, 100 if quick else 10_000)
     step("core loop overhead (ScriptedProvider)")
     rows += anyio.run(core, 1 if quick else 15)
+    step("durable runs (PostgreSQL)")
+    rows += anyio.run(bench_durable.per_turn, 3 if quick else 20, 1 if quick else 5)
     step("done")
     text = table(rows)
     header = (
