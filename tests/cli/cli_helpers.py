@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import select
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,11 +46,51 @@ def fanloop(
     return Done(proc.returncode, proc.stdout, proc.stderr)
 
 
-class Terminal:
-    """``python -m fanloop`` on a pseudo-terminal (stdin, stdout and stderr all on it)."""
+@dataclass
+class Closed:
+    code: int
+    head: list[str]
+    err: str
+    after_close: float  # seconds from closing the pipe to the exit
 
-    def __init__(self, *args: str, env: dict[str, str], cwd: Path | None = None) -> None:
+
+def closed_pipe(*args: str, env: dict[str, str], lines: int = 1, timeout: float = 30.0) -> Closed:
+    """``python -m fanloop ARGS | head -LINES``: read ``lines`` lines of stdout, close the
+    pipe, and wait for the process to end."""
+    with subprocess.Popen(
+        [sys.executable, "-m", "fanloop", *args],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        try:
+            head = [proc.stdout.readline().decode() for _ in range(lines)]
+            proc.stdout.close()  # what head does when it has its lines
+            closed_at = time.monotonic()
+            err = proc.stderr.read().decode(errors="replace")  # to the end: the process exited
+            code = proc.wait(timeout=timeout)
+            return Closed(code, head, err, time.monotonic() - closed_at)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+
+class Terminal:
+    """``python -m fanloop`` on a pseudo-terminal (stdin, stdout and stderr all on it);
+    ``columns`` sets its width (by default the terminal reports no size)."""
+
+    def __init__(
+        self,
+        *args: str,
+        env: dict[str, str],
+        cwd: Path | None = None,
+        columns: int | None = None,
+    ) -> None:
         master, slave = os.openpty()
+        if columns is not None:
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
         self.fd = master
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "fanloop", *args],

@@ -67,8 +67,14 @@ def terminal(env: dict[str, str]) -> Iterator[type[Terminal]]:
     opened: list[Terminal] = []
 
     class Opened(Terminal):
-        def __init__(self, *args: str, env: dict[str, str] = env, cwd: Path | None = None):
-            super().__init__(*args, env=env, cwd=cwd)
+        def __init__(
+            self,
+            *args: str,
+            env: dict[str, str] = env,
+            cwd: Path | None = None,
+            columns: int | None = None,
+        ):
+            super().__init__(*args, env=env, cwd=cwd, columns=columns)
             opened.append(self)
 
     yield Opened

@@ -38,6 +38,9 @@ def test_demo_fast(env: dict[str, str]) -> None:
     assert min(sights) < max(food)  # interleaved, not one after the other
     summary = next(x for x in lines if x.startswith("demo done:"))
     assert "tokens in" in summary and "out" in summary and summary.endswith("s")
+    assert sum("tokens in" in x for x in lines) == 1  # one summary line, not two alike
+    # the plan went to a temporary folder that is gone: the demo does not send you to it
+    assert "see plan.md" not in out
 
 
 def test_demo_json(env: dict[str, str]) -> None:

@@ -6,9 +6,11 @@
     fanloop chat                  an interactive conversation (/exit or Ctrl-D to leave)
     fanloop demo                  an offline tour: no key, no network
     fanloop sessions list | show ID | resume ID | effects [ID] | resolve-effect ID CALL_ID
+    fanloop sessions pending [ID] | approve ID CALL_ID [--deny [REASON]]
 
 Exit codes: 0 success, 1 a failed or unfinished run (provider error, limit reached...),
-2 a usage or configuration error (e.g. a missing API key), 130 interrupted by Ctrl-C.
+2 a usage or configuration error (e.g. a missing API key), 3 the run waits for a person's
+approval (``--defer``), 130 interrupted by Ctrl-C, 141 stdout was closed (``| head``).
 """
 
 from __future__ import annotations
@@ -78,11 +80,19 @@ def _agent_options() -> argparse.ArgumentParser:
     group.add_argument(
         "--skills", action="store_true", help="discover SKILL.md skills (read_skill tool)"
     )
-    group.add_argument(
+    gate = group.add_mutually_exclusive_group()
+    gate.add_argument(
         "--yes",
         "-y",
         action="store_true",
         help="approve every dangerous tool without asking (for scripts)",
+    )
+    gate.add_argument(
+        "--defer",
+        action="store_true",
+        help="park dangerous calls in the session instead of asking; the run stops (exit "
+        "code 3) until `fanloop sessions approve ID CALL_ID` answers (run and chat need "
+        "--session ID)",
     )
     group.add_argument(
         "--max-turns", type=_positive_int, default=25, metavar="N", help="default: 25"
@@ -115,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run an agent: stream its answer, fan its tool calls out, ask before "
         "dangerous tools.",
         epilog="Exit codes: 0 ok, 1 run failed or stopped early, 2 usage or configuration "
-        "error, 130 interrupted.",
+        "error, 3 waiting for approval (--defer), 130 interrupted, 141 stdout closed.",
     )
     parser.add_argument("--version", action="version", version=f"fanloop {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -146,13 +156,27 @@ def build_parser() -> argparse.ArgumentParser:
     _json_option(demo, "print the event stream as JSON lines")
 
     sessions = sub.add_parser(
-        "sessions", help="list, show and resume sessions; check their tool effects"
+        "sessions",
+        help="list, show and resume sessions; approve deferred calls; check tool effects",
+        description="Every run and chat is kept in a session (SQLite under --root, or the "
+        "--store / $FANLOOP_STORE database). These commands list and show sessions, resume "
+        "one, answer the calls it waits to have approved, and check its tool effects.",
     )
     ssub = sessions.add_subparsers(dest="sessions_command", metavar="ACTION", required=True)
-    listing = ssub.add_parser("list", help="every session, most recent first")
+    listing = ssub.add_parser(
+        "list",
+        help="every session, most recent first",
+        description="Every session, the most recently updated first: its id, last update, "
+        "message count, open effects and title.",
+    )
     _root_option(listing)
     _json_option(listing, "one JSON object per session")
-    show = ssub.add_parser("show", help="a session's conversation")
+    show = ssub.add_parser(
+        "show",
+        help="a session's conversation",
+        description="A session's conversation: prompts, answers, tool calls and their "
+        "results; then its open effects and the calls waiting for approval.",
+    )
     show.add_argument("id", metavar="ID")
     _root_option(show)
     _json_option(show, "one JSON object per message")
@@ -164,6 +188,38 @@ def build_parser() -> argparse.ArgumentParser:
         "then continue the conversation as `fanloop chat --session ID` does.",
     )
     resume.add_argument("id", metavar="ID")
+    pending = ssub.add_parser(
+        "pending",
+        help="calls waiting for approval (of one session, or of all)",
+        description="Dangerous calls parked for a person (by --defer): the session, the "
+        "call id, the tool and its preview. Answer them with `fanloop sessions approve`.",
+    )
+    pending.add_argument("id", metavar="ID", nargs="?")
+    _root_option(pending)
+    _json_option(pending, "one JSON object per waiting call")
+    approve = ssub.add_parser(
+        "approve",
+        parents=[agent],
+        help="approve (or --deny) a deferred call and run on",
+        description="Answer the calls a session waits for and run on: the rest of the "
+        "parked batch, then the loop, as `sessions resume` does. Every waiting call needs an "
+        "answer: name each CALL_ID, or pass --all. The parked turn's model call is not made "
+        "again.",
+        epilog="Exit codes: 0 the run completed, 1 an error (no such session or call, a "
+        "failed run), 2 usage, 3 it waits for approval again.",
+    )
+    approve.add_argument("id", metavar="ID")
+    approve.add_argument("call_ids", metavar="CALL_ID", nargs="*", help="the calls to answer")
+    approve.add_argument(
+        "--all", action="store_true", help="answer every call the session waits for"
+    )
+    approve.add_argument(
+        "--deny",
+        nargs="?",
+        const=True,
+        metavar="REASON",
+        help="decline instead of approving; the model is told REASON (put it after the CALL_IDs)",
+    )
     effects = ssub.add_parser(
         "effects",
         help="tool-effect receipts (of one session, or the open ones of all)",
@@ -237,10 +293,15 @@ def _command(
         action = args.sessions_command
         if action == "resume":
             return partial(_app.cmd_chat, args, console, resume=True)
+        if action == "approve":
+            from ._approve import cmd_approve
+
+            return partial(cmd_approve, args, console)
         return partial(
             {
                 "list": _sessions.cmd_list,
                 "show": _sessions.cmd_show,
+                "pending": _sessions.cmd_pending,
                 "effects": _sessions.cmd_effects,
                 "resolve-effect": _sessions.cmd_resolve,
             }[action],

@@ -2,13 +2,14 @@
 
 Each command builds one :class:`~fanloop.Agent` from the options, with a view (the human
 renderer or ``--json``) as its observer and an :class:`Approver` as its confirmation gate,
-then runs it inside a cancel scope that Ctrl-C can cancel.
+then runs it inside a cancel scope that Ctrl-C (or a closed stdout) can cancel.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -26,14 +27,32 @@ from .. import Agent, Limits
 from .._delegate import AgentTool, DelegateTool
 from ..errors import ConfigurationError, FanloopError, ProviderError
 from ..providers import Provider, from_env
-from ..sessions import PostgresStore, Session, SessionNotFound, SQLiteStore
+from ..sessions import (
+    PostgresStore,
+    Session,
+    SessionNotFound,
+    SQLiteStore,
+    pending_approvals,
+)
 from ._prompt import ApproveMode, Approver, LineReader, stdin_reader
-from ._render import EventObserver, HumanView, JsonView, Style, View, describe_error
+from ._render import (
+    EventObserver,
+    HumanView,
+    JsonView,
+    Style,
+    View,
+    approve_hints,
+    describe_error,
+    plural,
+)
+from ._terminal import EXIT_BROKEN_PIPE, GuardedStream, safe
 
 if TYPE_CHECKING:
     from .._result import RunResult
 
 __all__ = [
+    "EXIT_AWAITING",
+    "EXIT_BROKEN_PIPE",
     "EXIT_CONFIG",
     "EXIT_ERROR",
     "EXIT_INTERRUPTED",
@@ -54,6 +73,8 @@ __all__ = [
 
 EXIT_ERROR = 1
 EXIT_CONFIG = 2
+EXIT_AWAITING = 3
+"""The run stopped to wait for a person: ``fanloop sessions approve`` goes on with it."""
 EXIT_INTERRUPTED = 130
 
 SYSTEM_PROMPT = (
@@ -196,16 +217,35 @@ class Interrupts:
                 self.interrupt()
 
 
-async def run_command(body: Callable[[Interrupts], Awaitable[int]]) -> int:
-    """Run a command with Ctrl-C handled; returns its exit code (130 when interrupted)."""
+async def run_command(
+    body: Callable[[Interrupts], Awaitable[int]], console: Console | None = None
+) -> int:
+    """Run a command with Ctrl-C handled; returns its exit code (130 when interrupted).
+
+    When the reader of ``console.out`` goes away (``| head -1``), the command is cancelled at
+    once and the exit code is 141.
+    """
+    if console is not None and console.out.broken:
+        return EXIT_BROKEN_PIPE  # the reader left before the work began: do none of it
     code = EXIT_INTERRUPTED
-    async with anyio.create_task_group() as tg:
-        interrupts = Interrupts(tg.cancel_scope)
-        if sys.platform != "win32" and threading.current_thread() is threading.main_thread():
-            await tg.start(interrupts.watch)
-        code = await body(interrupts)
-        tg.cancel_scope.cancel()
-    return EXIT_INTERRUPTED if interrupts.exiting else code
+    interrupts: Interrupts | None = None
+    try:
+        async with anyio.create_task_group() as tg:
+            interrupts = Interrupts(tg.cancel_scope)
+            if console is not None:
+                console.out.on_broken = tg.cancel_scope.cancel
+            if sys.platform != "win32" and threading.current_thread() is threading.main_thread():
+                await tg.start(interrupts.watch)
+            code = await body(interrupts)
+            tg.cancel_scope.cancel()
+    finally:
+        if console is not None:
+            console.out.on_broken = None
+        if interrupts is not None and isinstance(interrupts.view, HumanView):
+            interrupts.view.hide_spinner()  # nothing is left spinning after the command
+    if console is not None and console.out.broken:
+        return EXIT_BROKEN_PIPE
+    return EXIT_INTERRUPTED if interrupts is not None and interrupts.exiting else code
 
 
 # -- one run ----------------------------------------------------------------------------------
@@ -220,12 +260,15 @@ class RunOutcome:
 
 
 def exit_code_for(outcome: RunOutcome) -> int:
-    """0 for a completed run, 130 when cancelled, 1 for any other ending."""
+    """0 for a completed run, 3 when it waits for approval, 130 when cancelled, 1 for any
+    other ending."""
     if outcome.error is not None or outcome.result is None:
         return EXIT_ERROR
     reason = str(outcome.result.termination_reason)
     if reason == "completed":
         return 0
+    if reason == "awaiting_approval":
+        return EXIT_AWAITING
     return EXIT_INTERRUPTED if reason == "cancelled" else EXIT_ERROR
 
 
@@ -260,11 +303,15 @@ async def execute(
 
 
 class Console:
-    """Where the command line writes: stdout for the run, stderr for errors."""
+    """Where the command line writes: stdout for the run, stderr for errors.
+
+    Both are :class:`GuardedStream`: a closed pipe makes writes no-ops (and, on stdout,
+    cancels the command: see :func:`run_command`) instead of raising.
+    """
 
     def __init__(self, out: TextIO | None = None, err: TextIO | None = None) -> None:
-        self.out = out or sys.stdout
-        self.err = err or sys.stderr
+        self.out = GuardedStream(out or sys.stdout)
+        self.err = GuardedStream(err or sys.stderr)
         self.style = Style(self.out)
         self.err_style = Style(self.err)
 
@@ -309,7 +356,9 @@ def build_setup(
             delegate_tools = read_only_tools(root=root)
     reader = stdin_reader(sys.stdin)
     if approve is None:
-        if args.yes:
+        if getattr(args, "defer", False):
+            approve = "defer"
+        elif args.yes:
             approve = "yes"
         elif reader is not None and reader.interactive:
             approve = "ask"
@@ -333,9 +382,16 @@ def build_setup(
             model=str(getattr(provider, "model", "")),
             session_id=session_id,
             style=console.style,
+            approve_options=approve_options(args),
         )
         view = human
-        gate = Approver(approve, reader=reader, write=human.write, colour=console.style.yellow)
+        gate = Approver(
+            approve,
+            reader=reader,
+            write=human.write,
+            colour=console.style.yellow,
+            answered=human.input_ended,
+        )
     limits = Limits(max_turns=args.max_turns, timeout=args.timeout)
     options: dict[str, Any] = {}
     if retry is not None:
@@ -362,7 +418,8 @@ def build_setup(
     return AgentSetup(agent, view, reader)
 
 
-async def _close(provider: Any) -> None:
+async def close_provider(provider: Any) -> None:
+    """Close the provider's HTTP client (shielded: it runs while a command is cancelled)."""
     aclose = getattr(provider, "aclose", None)
     if aclose is not None:
         with anyio.CancelScope(shield=True):
@@ -378,6 +435,57 @@ async def _open_session(
         except SessionNotFound:
             raise CommandError(f"no session {session_id!r} in {store_label(store)}") from None
     return await store.open(session_id)
+
+
+def approve_options(args: argparse.Namespace) -> str:
+    """The options an approval hint repeats so that it finds the session (``--root``)."""
+    root = getattr(args, "root", None)
+    return f" --root {shlex.quote(root)}" if root else ""
+
+
+def refuse_if_pending(session: Session, args: argparse.Namespace) -> None:
+    """A session with calls waiting for approval takes no new turn: say how to answer them.
+
+    Raises:
+        CommandError: the session waits (exit code 1).
+    """
+    pending = pending_approvals(session)
+    if pending:
+        ids = " ".join(shlex.quote(p.call_id) for p in pending)
+        raise CommandError(
+            safe(
+                f"session {session.id} has {plural(len(pending), 'call')} waiting for "
+                f"approval; answer first: fanloop sessions approve {shlex.quote(session.id)} "
+                f"{ids}{approve_options(args)} [--deny [REASON]]"
+            )
+        )
+
+
+def report_awaiting(
+    outcome: RunOutcome, console: Console, session: Session, args: argparse.Namespace
+) -> None:
+    """In ``--json`` mode, say on stderr what waits for approval (the human view shows it)."""
+    result = outcome.result
+    if not args.json or result is None or not result.pending_approvals:
+        return
+    say = to_stderr(console)
+    say(f"awaiting approval in session {session.id}:")
+    for text in approve_hints(result.pending_approvals, session.id, approve_options(args)):
+        say(text)
+
+
+def needs_session_for_defer(args: argparse.Namespace) -> None:
+    """``--defer`` parks calls in the session: ``run`` and ``chat`` need ``--session ID``.
+
+    Raises:
+        CommandError: with exit code 2 when it is missing.
+    """
+    if getattr(args, "defer", False) and not getattr(args, "session", None):
+        raise CommandError(
+            "--defer needs --session ID: the deferred calls wait in that session, and "
+            "`fanloop sessions approve ID CALL_ID` answers them",
+            EXIT_CONFIG,
+        )
 
 
 async def _title(session: Session, prompt: str) -> None:
@@ -406,12 +514,14 @@ async def cmd_run(args: argparse.Namespace, console: Console) -> int:
         prompt = sys.stdin.read()
     if not prompt.strip():
         raise CommandError("the prompt is empty", EXIT_CONFIG)
+    needs_session_for_defer(args)
     provider = make_provider(args.provider, args.model)
     store = make_store(store_target(args))
     async with AsyncExitStack() as stack:
-        stack.push_async_callback(_close, provider)
+        stack.push_async_callback(close_provider, provider)
         stack.push_async_callback(store.aclose)
         session = await _open_session(store, args.session, must_exist=False)
+        refuse_if_pending(session, args)
         setup = build_setup(args, console, provider=provider, session_id=session.id)
         await _title(session, prompt)
 
@@ -419,9 +529,10 @@ async def cmd_run(args: argparse.Namespace, console: Console) -> int:
             outcome = await execute(
                 lambda: setup.agent.run(prompt, session=session), setup.view, interrupts, console
             )
+            report_awaiting(outcome, console, session, args)
             return exit_code_for(outcome)
 
-        return await run_command(body)
+        return await run_command(body, console)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -431,19 +542,22 @@ async def cmd_chat(args: argparse.Namespace, console: Console, *, resume: bool =
     With ``resume`` (``fanloop sessions resume ID``) the session must exist, and a turn a
     dead process left open is finished first.
     """
+    if not resume:
+        needs_session_for_defer(args)
     provider = make_provider(args.provider, args.model)
     store = make_store(store_target(args))
     async with AsyncExitStack() as stack:
-        stack.push_async_callback(_close, provider)
+        stack.push_async_callback(close_provider, provider)
         stack.push_async_callback(store.aclose)
         session_id = args.session if not resume else args.id
         session = await _open_session(store, session_id, must_exist=resume)
-        setup = build_setup(args, console, provider=provider)
+        refuse_if_pending(session, args)
+        setup = build_setup(args, console, provider=provider, session_id=session.id)
         agent, view, reader = setup.agent, setup.view, setup.reader
         interactive = reader is not None and reader.interactive
-        say = console.info if not args.json else _to_stderr(console)
+        say = console.info if not args.json else to_stderr(console)
         if session.messages:
-            say(f"session {session.id} · {len(session.messages)} messages so far")
+            say(f"session {session.id} · {plural(len(session.messages), 'message')} so far")
         else:
             say(
                 f"session {session.id} "
@@ -458,7 +572,10 @@ async def cmd_chat(args: argparse.Namespace, console: Console, *, resume: bool =
             if resume and _needs_resume(session):
                 say("finishing the turn that was left open…")
                 outcome = await execute(lambda: agent.resume(session), view, interrupts, console)
+                report_awaiting(outcome, console, session, args)
                 code = exit_code_for(outcome)
+                if code == EXIT_AWAITING:
+                    return code  # the session takes no new turn until a person answers
                 if outcome.result is not None and (
                     str(outcome.result.termination_reason) == "effect_outcome_uncertain"
                 ):
@@ -482,6 +599,8 @@ async def cmd_chat(args: argparse.Namespace, console: Console, *, resume: bool =
                     if interactive and isinstance(view, HumanView):
                         view.write("\n")
                     return code
+                if interactive and isinstance(view, HumanView):
+                    view.input_ended()
                 text = line.strip()
                 if not text:
                     continue
@@ -491,15 +610,20 @@ async def cmd_chat(args: argparse.Namespace, console: Console, *, resume: bool =
                 outcome = await execute(
                     partial(agent.run, text, session=session), view, interrupts, console
                 )
+                report_awaiting(outcome, console, session, args)
                 code = exit_code_for(outcome)
                 if code == EXIT_INTERRUPTED:
                     code = 0  # a cancelled answer does not end the conversation
+                if code == EXIT_AWAITING:
+                    return code  # the session takes no new turn until a person answers
 
-        return await run_command(body)
+        return await run_command(body, console)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _to_stderr(console: Console) -> Callable[[str], None]:
+def to_stderr(console: Console) -> Callable[[str], None]:
+    """A ``say(text)`` that writes dim lines on stderr (``--json`` keeps stdout for events)."""
+
     def say(text: str) -> None:
         print(console.err_style.dim(text), file=console.err, flush=True)
 
@@ -507,9 +631,15 @@ def _to_stderr(console: Console) -> Callable[[str], None]:
 
 
 def handle_errors(fn: Callable[[], int], console: Console) -> int:
-    """Run a command; expected errors become one line on stderr and an exit code."""
+    """Run a command; expected errors become one line on stderr and an exit code.
+
+    A closed stdout (``| head``) ends the command quietly with exit code 141.
+    """
     try:
-        return fn()
+        code = _unwrapped(fn)
+    except BrokenPipeError:
+        console.out.mark_broken()  # stdout at /dev/null: the interpreter's last flush is quiet too
+        code = EXIT_BROKEN_PIPE
     except CommandError as exc:
         console.error(str(exc))
         return exc.code
@@ -521,8 +651,17 @@ def handle_errors(fn: Callable[[], int], console: Console) -> int:
         return EXIT_ERROR
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
-    except BrokenPipeError:
-        # The reader went away (``fanloop run ... | head``): stop quietly.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return EXIT_ERROR
+    return EXIT_BROKEN_PIPE if console.out.broken else code
+
+
+def _unwrapped(fn: Callable[[], int]) -> int:
+    """``fn()``, with an exception group of one exception (from a task group) unwrapped."""
+    try:
+        return fn()
+    except BaseExceptionGroup as group:
+        inner: BaseException = group
+        while isinstance(inner, BaseExceptionGroup) and len(inner.exceptions) == 1:
+            inner = inner.exceptions[0]
+        if inner is group:
+            raise
+        raise inner from None

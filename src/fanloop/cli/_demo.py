@@ -31,7 +31,7 @@ from ..providers.openai import OpenAIProvider
 from ..testing import FakeLLMServer, Fault, call, reply
 from ..tools import WriteFileTool
 from ._app import Console, Interrupts, build_setup, execute, exit_code_for, run_command
-from ._render import HumanView
+from ._render import HumanView, plural
 
 __all__ = ["demo"]
 
@@ -165,7 +165,7 @@ class Script:
                 429, retry_after=self.pace.retry_after, message="Rate limit reached (demo)"
             )
         return reply(
-            "Your weekend is planned (see plan.md): Alfama, the castle and fado on Saturday, "
+            "Your weekend is planned: Alfama, the castle and fado on Saturday, "
             "Belém on Sunday. Eat at Cervejaria Ramiro and the Time Out Market, and don't "
             "miss the custard tarts in Belém. Expect 21°C and sun.",
             usage=Usage(input_tokens=2_050, output_tokens=74),
@@ -201,6 +201,7 @@ async def demo(console: Console, *, fast: bool = False, json: bool = False) -> i
     pace = FAST if fast else SLOW
     root_tools, guide_tools = _tools(pace)
     s = console.style
+    out = console.out
     say = console.info if not json else (lambda text: print(text, file=console.err, flush=True))
     with tempfile.TemporaryDirectory(prefix="fanloop-demo-") as workdir:
         server = FakeLLMServer(
@@ -221,6 +222,8 @@ async def demo(console: Console, *, fast: bool = False, json: bool = False) -> i
                 approve="demo",
                 system=SYSTEM,
             )
+            if isinstance(setup.view, HumanView):
+                setup.view.show_usage = False  # the summary below says it all, once
             if not json:
                 print(
                     s.bold("fanloop demo")
@@ -228,9 +231,10 @@ async def demo(console: Console, *, fast: bool = False, json: bool = False) -> i
                         f" — a fake model server on {server.url}, driven through the real "
                         "OpenAI client. No key; nothing leaves this machine."
                     ),
+                    file=out,
                     flush=True,
                 )
-                print(s.bold(s.green("you › ")) + PROMPT + "\n", flush=True)
+                print(s.bold(s.green("you › ")) + PROMPT + "\n", file=out, flush=True)
             started = time.perf_counter()
 
             async def body(interrupts: Interrupts) -> int:
@@ -239,14 +243,15 @@ async def demo(console: Console, *, fast: bool = False, json: bool = False) -> i
                 )
                 return exit_code_for(outcome)
 
-            code = await run_command(body)
+            code = await run_command(body, console)
             wall = time.perf_counter() - started
             result = setup.view.result
             if result is not None and code == 0:
                 say(s.bold(_summary(result, server, wall)))
             if isinstance(setup.view, HumanView) and code == 0:
                 say(
-                    "That was the real OpenAI provider over HTTP. Try it on your own: "
+                    "That was the real OpenAI provider over HTTP (plan.md went to a temporary "
+                    "folder, removed now). Try it on your own: "
                     'fanloop run --provider anthropic --model claude-sonnet-4-5 "..."'
                 )
             return code
@@ -256,7 +261,7 @@ def _summary(result: RunResult, server: FakeLLMServer, wall: float) -> str:
     u = result.usage
     cost = cost_of(MODEL, u)
     return (
-        f"demo done: {result.turns} turns · {result.tool_calls} tool calls · "
-        f"{len(server.requests)} model requests (1 rate-limited) · tokens in {u.input_tokens:,} "
-        f"out {u.output_tokens:,} · ${cost or 0:.4f} · {wall:.1f}s"
+        f"demo done: {plural(result.turns, 'turn')} · {plural(result.tool_calls, 'tool call')} · "
+        f"{plural(len(server.requests), 'model request')} (1 rate-limited) · "
+        f"tokens in {u.input_tokens:,} out {u.output_tokens:,} · ${cost or 0:.4f} · {wall:.1f}s"
     )

@@ -14,9 +14,12 @@ from typing import Literal, TextIO
 
 import anyio
 
+from .._approvals import DEFER
+from ._terminal import safe, safe_lines
+
 __all__ = ["ApproveMode", "Approver", "LineReader", "stdin_reader"]
 
-ApproveMode = Literal["ask", "yes", "demo", "decline"]
+ApproveMode = Literal["ask", "yes", "demo", "decline", "defer"]
 
 QUESTION = "[y]es / [n]o / [a]lways for this tool: "
 NO_TERMINAL = (
@@ -68,18 +71,21 @@ class LineReader:
 
 
 class Approver:
-    """The confirmation gate: ``await approver(name, preview)`` → ``True``, ``False`` or a reason.
+    """The confirmation gate: ``await approver(name, preview)`` → ``True``, ``False``, a reason
+    or :data:`~fanloop.DEFER`.
 
     Modes: ``ask`` asks ``[y]es / [n]o / [a]lways for this tool`` on the terminal (an empty
     answer or end of input is *no*; anything else unrecognised asks again); ``yes`` approves
     everything (``--yes``); ``demo`` approves and says so; ``decline`` refuses, because there
-    is no terminal to ask on. Nothing is ever approved by a timeout.
+    is no terminal to ask on; ``defer`` parks the call in the session until a person answers
+    with ``fanloop sessions approve`` (``--defer``). Nothing is ever approved by a timeout.
 
     Args:
         mode: see above.
         reader: where answers come from.
         write: writes the question (and the preview, when ``show_preview``).
         show_preview: print the preview before the question (when the view does not).
+        answered: called when an answer was read (its newline is on the screen).
         style: colours, a :class:`~fanloop.cli._render.Style`.
     """
 
@@ -91,19 +97,26 @@ class Approver:
         write: Callable[[str], None],
         colour: Callable[[str], str] = str,
         show_preview: bool = False,
+        answered: Callable[[], None] | None = None,
     ) -> None:
         self.mode = mode
         self.reader = reader
         self.write = write
+        self.answered = answered
         self.colour = colour
         self.show_preview = show_preview
         self.always: set[str] = set()
 
-    async def __call__(self, name: str, preview: str) -> bool | str:
+    async def __call__(self, name: str, preview: str) -> bool | str | object:
         if self.show_preview and self.mode == "ask":
             self.write(
-                f"{name} wants to run:\n" + "".join(f"  {x}\n" for x in preview.splitlines())
+                f"{safe(name)} wants to run:\n" + "".join(f"  {x}\n" for x in safe_lines(preview))
             )
+        if self.mode == "defer":
+            self.write(
+                f"    {self.colour('⏸ deferred:')} {safe(name)} waits for a person's approval\n"
+            )
+            return DEFER
         ask = f"    {self.colour('allow?')} {QUESTION}"
         if name in self.always:
             self.write(f"{ask}a  (always for {name})\n")
@@ -120,6 +133,8 @@ class Approver:
         while True:
             self.write(ask)
             answer = await self.reader.readline()
+            if answer is not None and self.answered is not None:
+                self.answered()  # the terminal echoed the answer's newline
             if answer is None:
                 self.write("\n")
                 return False

@@ -9,16 +9,28 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..catalog import cost_of
 from ..observers import NullObserver
+from ._terminal import (
+    Spinner,
+    Stream,
+    display_width,
+    fit,
+    is_terminal,
+    safe,
+    safe_lines,
+    terminal_width,
+)
 
 if TYPE_CHECKING:
+    from .._approvals import PendingApproval
     from .._result import RunResult
     from ..events import Event
     from ..providers import Usage
@@ -29,7 +41,9 @@ __all__ = [
     "JsonView",
     "Style",
     "View",
+    "approve_hints",
     "format_call",
+    "plural",
     "usage_line",
 ]
 
@@ -43,7 +57,7 @@ class Style:
     ``TERM`` is not ``dumb``.
     """
 
-    def __init__(self, stream: TextIO | None = None) -> None:
+    def __init__(self, stream: Stream | None = None) -> None:
         stream = stream or sys.stdout
         isatty = getattr(stream, "isatty", None)
         self.enabled = bool(
@@ -104,14 +118,21 @@ class EventObserver(NullObserver):
 # -- helpers ----------------------------------------------------------------------------------
 
 
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """``1 message``, ``2 messages`` (``many`` for irregular plurals)."""
+    return f"{count:,} {word if count == 1 else many or word + 's'}"
+
+
 def _clip(text: str, width: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+    text = " ".join(safe(text).split())
+    return text if len(text) <= width else text[: max(1, width - 1)] + "…"
 
 
 def format_call(name: str, arguments: dict[str, Any], width: int = 72) -> str:
-    """``name(key='value', ...)``, clipped to about ``width`` characters."""
-    args = ", ".join(f"{k}={v!r}" for k, v in arguments.items())
+    """``name(key='value', ...)``, clipped to about ``width`` characters; control
+    characters (in the name or the values) are shown escaped, never sent to the terminal."""
+    args = ", ".join(f"{safe(str(k))}={v!r}" for k, v in arguments.items())
+    name = _clip(name, max(8, width // 2))
     return f"{name}({_clip(args, max(8, width - len(name) - 2))})"
 
 
@@ -120,6 +141,21 @@ def _first_line(text: str, width: int = 60) -> str:
         if line.strip():
             return _clip(line, width)
     return ""
+
+
+def approve_hints(
+    pending: Iterable[PendingApproval], session_id: str | None, options: str = ""
+) -> list[str]:
+    """The lines that say what waits for approval and how to answer it (ids shell-quoted,
+    control characters shown escaped)."""
+    pending = list(pending)
+    sid = shlex.quote(session_id) if session_id else "SESSION"
+    lines = [f"  {safe(p.call_id)}  {format_call(p.name, p.arguments)}" for p in pending]
+    ids = " ".join(shlex.quote(p.call_id) for p in pending) or "CALL_ID"
+    command = safe(f"fanloop sessions approve {sid} {ids}{options}")
+    lines.append(f"  approve: {command}")
+    lines.append(f"  deny:    {command} --deny [REASON]")
+    return lines
 
 
 def _short_id(call_id: str | None) -> str:
@@ -156,10 +192,22 @@ Key = tuple[tuple[str, ...], str | None]
 
 @dataclass(slots=True)
 class _Batch:
+    """One turn's calls, for the ``⇉`` line. Time spent waiting for a person at the approval
+    prompt is not tool time: it is left out of the wall time."""
+
     expected: int = 0
     started_at: float | None = None
     finished: int = 0
     durations: list[float] = field(default_factory=list)
+    asked_at: float | None = None
+    waiting: float = 0.0
+
+    def start(self, now: float) -> None:
+        if self.started_at is None:
+            self.started_at = now
+
+    def wall(self, now: float) -> float:
+        return now - (self.started_at or now) - self.waiting
 
 
 class HumanView:
@@ -167,21 +215,38 @@ class HumanView:
 
     Calls of one turn show a ``running`` line when they start and a ``✓``/``✗`` line with
     their duration when they finish, so calls running side by side are visible as such; when
-    the last one of a turn with several finishes, a line compares the wall time with the sum.
-    A sub-agent's lines carry its path and the delegating call's id: ``[delegate#3f2a]``.
-    A dangerous call shows its preview (the diff, the ``$ command``); the question itself is
-    asked by :class:`~fanloop.cli._prompt.Approver`.
+    the last one of a turn with several finishes, a line compares the wall time (without the
+    time a person took at the approval prompt) with the sum. A sub-agent's lines carry its
+    path and the delegating call's id: ``[delegate#3f2a]``. A dangerous call shows its preview
+    (the diff, the ``$ command``); the question itself is asked by
+    :class:`~fanloop.cli._prompt.Approver`.
+
+    On a terminal, ``thinking…`` shows while the first token is awaited, and tool lines are
+    cut to the terminal's width (previews never are: what is approved is shown whole).
+    Control characters in text from the model, tools or files are shown escaped.
+
+    Args:
+        out: where to write.
+        model: the model's name (for the cost).
+        dangerous: the dangerous tools' names (their approval block shows them starting).
+        subagent_tools: the tools that run sub-agents (their lines carry the call id).
+        session_id: shown in the usage line and in approval hints.
+        style: colours.
+        show_usage: print the usage line at the end of a run.
+        approve_options: appended to the ``fanloop sessions approve`` hint (e.g. ``--root``).
     """
 
     def __init__(
         self,
-        out: TextIO,
+        out: Stream,
         *,
         model: str,
         dangerous: Iterable[str] = (),
         subagent_tools: Iterable[str] = ("delegate",),
         session_id: str | None = None,
         style: Style | None = None,
+        show_usage: bool = True,
+        approve_options: str = "",
     ) -> None:
         self.out = out
         self.style = style or Style(out)
@@ -189,13 +254,19 @@ class HumanView:
         self.session_id = session_id
         self.dangerous = frozenset(dangerous)
         self.subagent_tools = frozenset(subagent_tools)
+        self.show_usage = show_usage
+        self.approve_options = approve_options
         self.result: RunResult | None = None
         self.error: BaseException | None = None
         self.midline = False
+        self.spinner: Spinner | None = None
+        if is_terminal(out) and os.environ.get("TERM") != "dumb":
+            self.spinner = Spinner(out, self.style.dim)
         self._sub_text: dict[Key, str] = {}
         self._batches: dict[Key, _Batch] = {}
         self._declined: set[str] = set()
         self._handlers: dict[str, Callable[[Any], None]] = {
+            "request_started": self._request,
             "text_delta": self._text,
             "thinking_delta": self._thinking,
             "response_completed": self._response,
@@ -218,30 +289,45 @@ class HumanView:
         if handler is not None:
             handler(event)
 
+    def hide_spinner(self) -> None:
+        """Stop the ``thinking…`` indicator and clear its line (if it shows)."""
+        if self.spinner is not None:
+            self.spinner.hide()
+
     def write(self, text: str) -> None:
         """Write raw text (the prompt uses this, so the line state stays right)."""
         if text:
+            self.hide_spinner()
             self.out.write(text)
             self.out.flush()
             self.midline = not text.endswith("\n")
 
-    def line(self, text: str, event: Event | None = None) -> None:
-        """Write one whole line, starting a new one first if text is mid-line."""
+    def line(self, text: str, event: Event | None = None, *, fit_width: bool = False) -> None:
+        """Write one whole line, starting a new one first if text is mid-line; with
+        ``fit_width``, cut to the terminal's width."""
+        self.hide_spinner()
         prefix = self._prefix(event) if event is not None else ""
         if self.midline:
             self.out.write("\n")
-        self.out.write(prefix + text + "\n")
+        whole = prefix + text
+        if fit_width:
+            whole = fit(whole, terminal_width(self.out))
+        self.out.write(whole + "\n")
         self.out.flush()
         self.midline = False
 
     def note(self, text: str) -> None:
         self.line(self.style.yellow(text))
 
+    def input_ended(self) -> None:
+        """The user ended a line of input: the terminal's echo left the cursor on a new line."""
+        self.midline = False
+
     def _prefix(self, event: Event) -> str:
         if event.parent_call_id is None and len(event.agent_path) <= 1:
             return ""
         path = "/".join(event.agent_path[1:]) or "/".join(event.agent_path)
-        return self.style.magenta(f"[{path}#{_short_id(event.parent_call_id)}] ")
+        return self.style.magenta(f"[{safe(path)}#{_short_id(event.parent_call_id)}] ")
 
     @staticmethod
     def _key(event: Event) -> Key:
@@ -251,25 +337,53 @@ class HumanView:
     def _is_root(event: Event) -> bool:
         return event.parent_call_id is None and len(event.agent_path) <= 1
 
-    def _label(self, event: Any) -> str:
+    def _label(self, event: Any, width: int = 72) -> str:
         call = event.call
-        label = format_call(call.name, call.arguments)
+        label = format_call(call.name, call.arguments, width)
         if call.name in self.subagent_tools:
-            label = f"{call.name}#{_short_id(call.id)}{label[len(call.name) :]}"
+            label = f"{safe(call.name)}#{_short_id(call.id)}{label[len(safe(call.name)) :]}"
         return label
+
+    def _tool_line(self, event: Any, mark: str, status: str, snippet: str = "") -> None:
+        """``  ✓ name(args)  0.01s  first line of the result``, cut to the terminal's width:
+        the arguments first, then the snippet, so the status stays in sight."""
+        width = terminal_width(self.out)
+        if width is None:
+            label = self._label(event)
+            snippet = _clip(snippet, 60) if snippet else ""
+        else:
+            used = display_width(self._plain_prefix(event) + status) + 6
+            label = self._label(event, max(16, min(72, width - used)))
+            room = width - used - display_width(label) - 2
+            snippet = _clip(snippet, room) if snippet and room >= 8 else ""
+        text = f"  {mark} {label}  {status}"
+        if snippet:
+            text += f"  {self.style.dim(snippet)}"
+        self.line(text, event, fit_width=True)
+
+    def _plain_prefix(self, event: Event) -> str:
+        if self._is_root(event):
+            return ""
+        path = "/".join(event.agent_path[1:]) or "/".join(event.agent_path)
+        return f"[{safe(path)}#{_short_id(event.parent_call_id)}] "
 
     # -- text -------------------------------------------------------------------------------
 
+    def _request(self, event: Any) -> None:
+        if self.spinner is not None and self._is_root(event) and not self.midline:
+            self.spinner.show()
+
     def _text(self, event: Any) -> None:
+        text = safe(event.text.replace("\r", ""))
         if self._is_root(event):
-            self.write(event.text)
+            self.write(text)
             return
         key = self._key(event)
-        pending = self._sub_text.get(key, "") + event.text
+        pending = self._sub_text.get(key, "") + text
         *done, rest = pending.split("\n")
-        for text in done:
-            if text.strip():
-                self.line(text, event)
+        for line in done:
+            if line.strip():
+                self.line(line, event)
         self._sub_text[key] = rest
 
     def _flush_sub_text(self, event: Event) -> None:
@@ -279,12 +393,14 @@ class HumanView:
 
     def _thinking(self, event: Any) -> None:
         if self._is_root(event):
-            self.write(self.style.dim(event.text))
+            self.write(self.style.dim(safe(event.text.replace("\r", ""))))
 
     # -- tools ------------------------------------------------------------------------------
 
     def _response(self, event: Any) -> None:
         calls = event.response.tool_calls
+        if self._is_root(event):
+            self.hide_spinner()
         self._flush_sub_text(event)
         if calls:
             self._batches[self._key(event)] = _Batch(expected=len(calls))
@@ -293,54 +409,53 @@ class HumanView:
         return self._batches.setdefault(self._key(event), _Batch())
 
     def _tool_started(self, event: Any) -> None:
-        batch = self._batch(event)
-        if batch.started_at is None:
-            batch.started_at = time.perf_counter()
+        self._batch(event).start(time.perf_counter())
         if event.call.name in self.dangerous:
             return  # the approval block shows it
-        self.line(
-            f"  {self.style.cyan('⋯')} {self._label(event)}  {self.style.dim('running')}", event
-        )
+        self._tool_line(event, self.style.cyan("⋯"), self.style.dim("running"))
 
     def _tool_finished(self, event: Any) -> None:
         s = self.style
         call, result = event.call, event.result
         if call.id in self._declined:
             self._declined.discard(call.id)
-            self.line(f"  {s.red('✗')} {self._label(event)}  {s.yellow('declined')}", event)
+            self._tool_line(event, s.red("✗"), s.yellow("declined"))
         else:
             mark = s.red("✗") if result.is_error else s.green("✓")
-            snippet = _first_line(result.content)
-            self.line(
-                f"  {mark} {self._label(event)}  {s.dim(f'{event.duration:.2f}s')}"
-                + (f"  {s.dim(snippet)}" if snippet else ""),
-                event,
+            self._tool_line(
+                event, mark, s.dim(f"{event.duration:.2f}s"), _first_line(result.content, 200)
             )
         batch = self._batch(event)
         batch.finished += 1
         batch.durations.append(event.duration)
         if batch.expected and batch.finished >= batch.expected:
             if batch.expected > 1 and batch.started_at is not None:
-                wall = time.perf_counter() - batch.started_at
+                wall = batch.wall(time.perf_counter())
                 self.line(
                     s.cyan(
                         f"  ⇉ {batch.expected} calls side by side: {wall:.2f}s wall time, "
                         f"{sum(batch.durations):.2f}s if run one after another"
                     ),
                     event,
+                    fit_width=True,
                 )
             del self._batches[self._key(event)]
 
     def _approval_requested(self, event: Any) -> None:
         s = self.style
-        name = event.call.name
+        batch = self._batch(event)
+        now = time.perf_counter()
+        batch.start(now)
+        batch.asked_at = now  # until it is answered, the clock is the person's, not the tools'
+        name = safe(event.call.name)
         self.line(f"  {s.yellow('?')} {s.bold(name)} {s.yellow('wants to run:')}", event)
-        lines = event.preview.splitlines() or [""]
+        lines = safe_lines(event.preview)
         shown = lines[:_MAX_PREVIEW_LINES]
         for text in shown:
             self.line("    │ " + self._diff_colour(text), event)
         if len(lines) > len(shown):
-            self.line(s.dim(f"    │ … {len(lines) - len(shown)} more lines"), event)
+            more = plural(len(lines) - len(shown), "more line")
+            self.line(s.dim(f"    │ … {more}"), event)
 
     def _diff_colour(self, text: str) -> str:
         s = self.style
@@ -355,6 +470,10 @@ class HumanView:
         return text
 
     def _approval_resolved(self, event: Any) -> None:
+        batch = self._batch(event)
+        if batch.asked_at is not None:
+            batch.waiting += time.perf_counter() - batch.asked_at
+            batch.asked_at = None
         if not event.approved:
             self._declined.add(event.call.id)
 
@@ -364,7 +483,7 @@ class HumanView:
         text = f"  ↻ {describe_error(event.error)} — retry {event.attempt} in {event.delay:.2f}s"
         if event.discard_partial:
             text += " (the partial answer above is discarded)"
-        self.line(self.style.yellow(text), event)
+        self.line(self.style.yellow(text), event, fit_width=True)
 
     def _budget(self, event: Any) -> None:
         self.line(
@@ -374,17 +493,21 @@ class HumanView:
     def _stall(self, event: Any) -> None:
         self.line(
             self.style.yellow(
-                f"  ! {event.tool_name} called {event.count} times with the same arguments"
+                f"  ! {safe(event.tool_name)} called {plural(event.count, 'time')} "
+                "with the same arguments"
             ),
             event,
+            fit_width=True,
         )
 
     def _compaction_started(self, event: Any) -> None:
-        self.line(self.style.dim(f"  ⋯ compacting {event.message_count} messages"), event)
+        self.line(self.style.dim(f"  ⋯ compacting {plural(event.message_count, 'message')}"), event)
 
     def _compaction_finished(self, event: Any) -> None:
         self.line(
-            self.style.dim(f"  compacted {event.before_count} → {event.after_count} messages"),
+            self.style.dim(
+                f"  compacted {event.before_count} → {plural(event.after_count, 'message')}"
+            ),
             event,
         )
 
@@ -395,22 +518,32 @@ class HumanView:
             self._flush_sub_text(event)
             self.line(
                 s.dim(
-                    f"done: {result.termination_reason}, {result.turns} turns, "
-                    f"{result.usage.input_tokens + result.usage.output_tokens:,} tokens"
+                    f"done: {result.termination_reason}, {plural(result.turns, 'turn')}, "
+                    f"{plural(result.usage.input_tokens + result.usage.output_tokens, 'token')}"
                 ),
                 event,
             )
             return
+        self.hide_spinner()
         self.result, self.error = result, event.error
         reason = str(result.termination_reason)
         if reason == "cancelled":
             self.line(s.yellow("⊘ cancelled"))
         elif reason == "provider_error":
             pass  # the command line reports the error itself, on stderr
+        elif reason == "awaiting_approval":
+            waiting = plural(len(result.pending_approvals), "call")
+            self.line(s.yellow(f"⏸ awaiting approval: {waiting} waiting for a person"))
+            hints = approve_hints(result.pending_approvals, self.session_id, self.approve_options)
+            for text in hints:
+                self.line(text)
         elif reason != "completed":
-            detail = f" — {result.detail}" if result.detail else ""
+            detail = f" — {safe(result.detail)}" if result.detail else ""
             self.line(s.yellow(f"⊘ stopped: {reason}{detail}"))
-        self.line(s.dim(usage_line(result, self.model, session_id=self.session_id)))
+        if self.show_usage:
+            self.line(s.dim(usage_line(result, self.model, session_id=self.session_id)))
+        elif self.midline:
+            self.write("\n")
 
 
 # -- the JSON view ----------------------------------------------------------------------------
@@ -419,7 +552,7 @@ class HumanView:
 class JsonView:
     """``--json``: every event as one JSON object per line (``event.to_dict()``)."""
 
-    def __init__(self, out: TextIO) -> None:
+    def __init__(self, out: Stream) -> None:
         self.out = out
         self.result: RunResult | None = None
         self.error: BaseException | None = None

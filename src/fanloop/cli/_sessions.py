@@ -1,4 +1,5 @@
-"""``fanloop sessions list | show | effects | resolve-effect`` (``resume`` lives in ``_app``)."""
+"""``fanloop sessions list | show | pending | effects | resolve-effect`` (``resume`` lives in
+``_app``, ``approve`` in ``_approve``)."""
 
 from __future__ import annotations
 
@@ -17,11 +18,31 @@ from ..sessions import (
     Session,
     SessionNotFound,
     SQLiteStore,
+    pending_approvals,
 )
-from ._app import CommandError, Console, is_postgres, make_store, store_label, store_target
-from ._render import format_call
+from ._app import (
+    CommandError,
+    Console,
+    approve_options,
+    is_postgres,
+    make_store,
+    store_label,
+    store_target,
+)
+from ._render import approve_hints, format_call, plural
+from ._terminal import safe, safe_lines
 
-__all__ = ["cmd_effects", "cmd_list", "cmd_resolve", "cmd_show"]
+__all__ = [
+    "cmd_effects",
+    "cmd_list",
+    "cmd_pending",
+    "cmd_resolve",
+    "cmd_show",
+    "existing_store",
+    "load_session",
+]
+
+_MAX_PREVIEW_LINES = 60
 
 
 def _when(ts: float | None) -> str:
@@ -31,7 +52,7 @@ def _when(ts: float | None) -> str:
 Store = SQLiteStore | PostgresStore
 
 
-def _store(args: argparse.Namespace) -> Store | None:
+def existing_store(args: argparse.Namespace) -> Store | None:
     """The session store (``--store``, ``$FANLOOP_STORE`` or under ``--root``); ``None``
     when it is a SQLite file that was never created (looking does not create it)."""
     target = store_target(args)
@@ -44,7 +65,12 @@ def _json_line(console: Console, data: Any) -> None:
     console.out.write(json.dumps(data, default=str, ensure_ascii=False) + "\n")
 
 
-async def _load(store: Store | None, args: argparse.Namespace, session_id: str) -> Session:
+async def load_session(store: Store | None, args: argparse.Namespace, session_id: str) -> Session:
+    """The session ``session_id``.
+
+    Raises:
+        CommandError: there is no such session (or no store at all).
+    """
     if store is None:
         raise CommandError(f"no session {session_id!r}: {store_target(args)} does not exist")
     try:
@@ -55,7 +81,7 @@ async def _load(store: Store | None, args: argparse.Namespace, session_id: str) 
 
 async def cmd_list(args: argparse.Namespace, console: Console) -> int:
     """Every session, the most recently updated first."""
-    store = _store(args)
+    store = existing_store(args)
     if store is None:
         if not args.json:
             console.info(f"no sessions yet ({store_target(args)} does not exist)")
@@ -85,9 +111,9 @@ async def cmd_list(args: argparse.Namespace, console: Console) -> int:
 
 async def cmd_show(args: argparse.Namespace, console: Console) -> int:
     """A session's conversation: prompts, answers, tool calls and their results."""
-    store = _store(args)
+    store = existing_store(args)
     try:
-        session = await _load(store, args, args.id)
+        session = await load_session(store, args, args.id)
         receipts = await session.effects()
     finally:
         if store is not None:
@@ -99,33 +125,89 @@ async def cmd_show(args: argparse.Namespace, console: Console) -> int:
     s = console.style
     out = console.out
     title = session.metadata.get("title")
-    out.write(s.bold(f"session {session.id}") + (f" — {title}" if title else "") + "\n")
+    out.write(s.bold(f"session {session.id}") + (f" — {safe(str(title))}" if title else "") + "\n")
     out.write(
-        s.dim(f"created {_when(session.created_at)} · {len(session.messages)} messages") + "\n\n"
+        s.dim(f"created {_when(session.created_at)} · {plural(len(session.messages), 'message')}")
+        + "\n\n"
     )
     for message in session.messages:
         for part in message.content:
             if isinstance(part, TextPart):
                 who = s.green("you") if message.role == "user" else s.cyan("assistant")
-                out.write(f"{who}: {part.text}\n")
+                out.write(f"{who}: {safe(part.text)}\n")
             elif isinstance(part, ThinkingPart):
-                out.write(s.dim(f"(thinking) {part.text}") + "\n")
+                out.write(s.dim(f"(thinking) {safe(part.text)}") + "\n")
             elif isinstance(part, ToolCallPart):
                 label = format_call(part.name, part.arguments)
-                out.write(f"  → {label}" + s.dim(f"  [{part.id}]") + "\n")
+                out.write(f"  → {label}" + s.dim(f"  [{safe(part.id)}]") + "\n")
             elif isinstance(part, ToolResultPart):
                 mark = s.red("✗") if part.is_error else s.green("←")
                 lines = part.content.splitlines() or [""]
-                more = f" … (+{len(lines) - 3} lines)" if len(lines) > 3 else ""
-                body = " ⏎ ".join(x.strip() for x in lines[:3])
+                more = f" … (+{plural(len(lines) - 3, 'line')})" if len(lines) > 3 else ""
+                body = safe(" ⏎ ".join(x.strip() for x in lines[:3]))
                 out.write(f"  {mark} {s.dim(body[:200] + more)}\n")
     open_receipts = [r for r in receipts if r.status == "started"]
     if open_receipts:
-        out.write(
-            "\n" + s.yellow(f"{len(open_receipts)} effect(s) with an unknown outcome:") + "\n"
-        )
+        unknown = plural(len(open_receipts), "effect")
+        out.write("\n" + s.yellow(f"{unknown} with an unknown outcome:") + "\n")
         for r in open_receipts:
-            out.write(f"  {r.call_id}  {r.tool}  (see: fanloop sessions effects {session.id})\n")
+            out.write(
+                safe(f"  {r.call_id}  {r.tool}  (see: fanloop sessions effects {session.id})")
+                + "\n"
+            )
+    pending = pending_approvals(session)
+    if pending:
+        out.write("\n" + s.yellow(f"{plural(len(pending), 'call')} waiting for approval:") + "\n")
+        for text in approve_hints(pending, session.id, approve_options(args)):
+            out.write(text + "\n")
+    return 0
+
+
+async def cmd_pending(args: argparse.Namespace, console: Console) -> int:
+    """The calls waiting for a person's approval: of one session, or of every session."""
+    store = existing_store(args)
+    sessions: list[Session] = []
+    try:
+        if args.id is not None:
+            sessions.append(await load_session(store, args, args.id))
+        elif store is not None:
+            for info in await store.list():
+                try:
+                    session = await store.load(info.id)
+                except SessionNotFound:
+                    continue  # deleted while we looked
+                if pending_approvals(session):
+                    sessions.append(session)
+    finally:
+        if store is not None:
+            await store.aclose()
+    rows = [(session, p) for session in sessions for p in pending_approvals(session)]
+    if args.json:
+        for session, p in rows:
+            _json_line(console, {"session_id": session.id, "tool": p.name, **p.to_json()})
+        return 0
+    if not rows:
+        console.info(
+            f"no calls waiting for approval in session {args.id}"
+            if args.id
+            else "no calls waiting for approval"
+        )
+        return 0
+    s = console.style
+    out = console.out
+    for session in sessions:
+        for p in pending_approvals(session):
+            out.write(s.bold(safe(f"session {session.id} · call {p.call_id} · {p.name}")) + "\n")
+            lines = safe_lines(p.preview)
+            for text in lines[:_MAX_PREVIEW_LINES]:
+                out.write(f"  │ {text}\n")
+            if len(lines) > _MAX_PREVIEW_LINES:
+                more = plural(len(lines) - _MAX_PREVIEW_LINES, "more line")
+                out.write(s.dim(f"  │ … {more} (--json shows them all)") + "\n")
+        hints = approve_hints(pending_approvals(session), session.id, approve_options(args))
+        for text in hints[-2:]:
+            out.write(s.dim(text.strip()) + "\n")
+        out.write("\n")
     return 0
 
 
@@ -144,11 +226,11 @@ def _receipt_row(r: EffectReceipt) -> dict[str, Any]:
 
 async def cmd_effects(args: argparse.Namespace, console: Console) -> int:
     """The tool-effect receipts of one session, or the open ones of every session."""
-    store = _store(args)
+    store = existing_store(args)
     receipts: list[EffectReceipt] = []
     try:
         if args.id is not None:
-            session = await _load(store, args, args.id)
+            session = await load_session(store, args, args.id)
             receipts = await session.effects()
         elif store is not None:
             for info in await store.list():
@@ -191,9 +273,9 @@ async def cmd_effects(args: argparse.Namespace, console: Console) -> int:
 
 async def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
     """Record an operator's finding on a receipt left ``started``."""
-    store = _store(args)
+    store = existing_store(args)
     try:
-        session = await _load(store, args, args.id)
+        session = await load_session(store, args, args.id)
         try:
             receipt = await session.resolve_effect(
                 args.call_id, applied=args.applied, note=args.note
