@@ -104,7 +104,7 @@ async def test_read_errors(ws: Path) -> None:
         await tool.run(path="d")
     with pytest.raises(ToolError, match="binary file"):
         await tool.run(path="bin")
-    with pytest.raises(ToolError, match=r"past the end of a\.txt, which has 1 lines"):
+    with pytest.raises(ToolError, match=r"past the end of a\.txt, which has 1 line\."):
         await tool.run(path="a.txt", offset=5)
     with pytest.raises(ToolError, match="must be at least 1"):
         await tool.run(path="a.txt", offset=0)
@@ -136,7 +136,7 @@ async def test_write_creates_and_overwrites(ws: Path) -> None:
     assert result.content == "Created sub/dir/new.txt (2 lines, 4 bytes)."
     assert (ws / "sub/dir/new.txt").read_text() == "a\nb\n"
     result = await tool.run(path="sub/dir/new.txt", content="c")
-    assert result.content == "Overwrote sub/dir/new.txt (1 lines, 1 bytes)."
+    assert result.content == "Overwrote sub/dir/new.txt (1 line, 1 byte)."
     assert (ws / "sub/dir/new.txt").read_text() == "c"
 
 

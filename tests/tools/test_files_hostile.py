@@ -537,11 +537,11 @@ async def test_grep_of_a_huge_line_stays_small(ws: Path) -> None:
     assert peak[0] < 16_000_000, peak
     assert text == (
         "big.txt:2: second line needle\n"
-        "[1 lines longer than 1,000,000 bytes were searched in their start only]"
+        "[1 line longer than 1,000,000 bytes searched in their start only]"
     )
     text = (await GrepTool(root=ws).run(pattern="needle")).content
     assert text.startswith("No matches for /needle/ in 0 files searched.")
-    assert "1 files over 5,000,000 bytes were skipped" in text
+    assert "1 file over 5,000,000 bytes skipped" in text
 
 
 async def test_edit_file_refuses_a_file_over_its_cap(ws: Path) -> None:

@@ -26,7 +26,7 @@ from ._blocking import Stop, run_blocking
 from ._filebase import _SKIP_DIRS, _SNIFF, _check_pattern, _FileTool, _is_binary, _read_failure
 from ._fread import LineReader
 from ._fsafe import Budget, Place, Raced, at, open_directory, open_regular, walk
-from ._workspace import StrPath, arg_bool, arg_int, arg_opt_str, arg_str
+from ._workspace import StrPath, arg_bool, arg_int, arg_opt_str, arg_str, count
 from .base import ToolResult
 
 __all__ = ["GrepTool"]
@@ -279,21 +279,23 @@ class _Search:
             )
         if self.slow_lines and self.slow_lines < _MAX_SLOW_LINES:
             notes.append(
-                f"{self.slow_lines} lines were skipped: the pattern took over {_LINE_SECONDS} s "
-                "on each (nested repeats such as (a+)+ backtrack catastrophically)"
+                f"{count(self.slow_lines, 'line')} skipped: the pattern took over "
+                f"{_LINE_SECONDS} s on each (nested repeats such as (a+)+ backtrack "
+                "catastrophically)"
             )
         if self.cut_lines:
             notes.append(
-                f"{self.cut_lines} lines longer than {self.tool.max_line_bytes:,} bytes were "
+                f"{count(self.cut_lines, 'line')} longer than {self.tool.max_line_bytes:,} bytes "
                 "searched in their start only"
             )
         if self.big_files:
             notes.append(
-                f"{self.big_files} files over {self.tool.max_file_bytes:,} bytes were skipped"
+                f"{count(self.big_files, 'file')} over {self.tool.max_file_bytes:,} bytes skipped"
             )
         if not self.out:
             tail = f" ({'; '.join(notes)})" if notes else ""
-            return f"No matches for /{self.rx.pattern}/ in {self.files} files searched.{tail}"
+            searched = count(self.files, "file")
+            return f"No matches for /{self.rx.pattern}/ in {searched} searched.{tail}"
         return "\n".join(self.out) + (f"\n[{'; '.join(notes)}]" if notes else "")
 
 

@@ -22,7 +22,7 @@ from ._filebase import _SNIFF, _FileTool, _is_binary, _read_failure, _size
 from ._fread import LineReader
 from ._fsafe import Place, at, open_regular
 from ._readcache import ReadCache, cache_scope
-from ._workspace import StrPath, Workspace, arg_bool, arg_int, arg_str
+from ._workspace import StrPath, Workspace, arg_bool, arg_int, arg_str, count
 from .base import ToolResult
 
 __all__ = ["ReadFileTool"]
@@ -208,13 +208,14 @@ class ReadFileTool(_FileTool):
             return f"[{display} is empty]"
         if offset > piece.total_lines:
             if not piece.counted:
+                lines = count(piece.total_lines, "line")
                 raise ToolError(
                     f"offset {offset} is past the part of {display} read_file reads (the first "
-                    f"{_size(_SCAN_LIMIT)} of {_size(piece.size)}, {piece.total_lines} lines)."
+                    f"{_size(_SCAN_LIMIT)} of {_size(piece.size)}, {lines})."
                 )
             raise ToolError(
                 f"offset {offset} is past the end of {display}, which has "
-                f"{piece.total_lines} lines."
+                f"{count(piece.total_lines, 'line')}."
             )
         whole = offset == 1 and piece.last == piece.total_lines and not piece.cut and piece.counted
         if whole:

@@ -29,6 +29,7 @@ __all__ = [
     "arg_int",
     "arg_str",
     "arg_str_list",
+    "count",
     "arg_opt_str",
     "truncate",
 ]
@@ -126,6 +127,11 @@ def _via_symlink(root: Path, candidate: Path) -> bool:
     """Whether the lexically normalised ``candidate`` stays inside ``root`` (so a link escaped)."""
     normal = Path(os.path.normpath(candidate))
     return normal.is_relative_to(root)
+
+
+def count(n: int, noun: str) -> str:
+    """``n`` and the noun, pluralised: ``1 line``, ``2 lines``, ``1,000 bytes``."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
 def truncate(text: str, limit: int, *, what: str = "output", hint: str = "") -> str:

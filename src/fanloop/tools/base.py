@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_type_hints, overloa
 import pydantic
 
 from ..errors import ConfigurationError, ToolError
+from ..messages import DocumentPart, ImagePart, TextPart, check_result_parts
 from ..providers._types import ToolSpec
 
 if TYPE_CHECKING:
@@ -56,15 +57,40 @@ DepsT = TypeVar("DepsT")
 class ToolResult:
     """What a tool hands back to the model.
 
+    ::
+
+        return ToolResult("The chart:", parts=(ImagePart(data=png),))
+
     Attributes:
         content: the text the model reads.
         is_error: the call failed; the model should correct itself or give up.
         metadata: extra data for the application (not sent to the model).
+        parts: images (:class:`~fanloop.messages.ImagePart`) and PDF documents
+            (:class:`~fanloop.messages.DocumentPart`) the model sees beside the text; a list
+            is kept as a tuple. At most ``MAX_RESULT_PARTS`` of them, holding at most
+            ``MAX_PART_BYTES`` together (``ValueError`` otherwise, which a tool call reports
+            as its error result).
     """
 
     content: str
     is_error: bool = False
     metadata: Mapping[str, Any] | None = None
+    parts: tuple[ImagePart | DocumentPart, ...] = ()
+
+    def __post_init__(self) -> None:
+        parts = self.parts
+        if not parts:
+            return
+        if not isinstance(parts, tuple):
+            parts = tuple(parts)
+            object.__setattr__(self, "parts", parts)
+        for part in parts:
+            if not isinstance(part, ImagePart | DocumentPart):
+                raise TypeError(
+                    f"ToolResult.parts holds ImagePart and DocumentPart only, "
+                    f"not {type(part).__name__}"
+                )
+        check_result_parts(parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,13 +243,29 @@ def _validator_of(tool: Tool) -> Any:
 
 
 def to_result(value: Any) -> ToolResult:
-    """Turn whatever a tool returned into a :class:`ToolResult`."""
+    """Turn whatever a tool returned into a :class:`ToolResult`.
+
+    A string is the content; an :class:`~fanloop.messages.ImagePart` or
+    :class:`~fanloop.messages.DocumentPart`, or a list of them mixed with
+    :class:`~fanloop.messages.TextPart`, becomes a result carrying them in ``parts``; other
+    values are given as JSON.
+    """
     if isinstance(value, ToolResult):
         return value
     if isinstance(value, str):
         return ToolResult(value)
     if value is None:
         return ToolResult("")
+    if isinstance(value, ImagePart | DocumentPart):
+        return ToolResult("", parts=(value,))
+    if (
+        isinstance(value, list | tuple)
+        and value
+        and all(isinstance(v, TextPart | ImagePart | DocumentPart) for v in value)
+    ):  # text and media, as a prompt is written
+        texts = [v.text for v in value if isinstance(v, TextPart)]
+        media = tuple(v for v in value if not isinstance(v, TextPart))
+        return ToolResult("\n".join(texts), parts=media)
     if isinstance(value, pydantic.BaseModel):
         return ToolResult(value.model_dump_json())
     try:

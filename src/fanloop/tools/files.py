@@ -44,7 +44,7 @@ from ._listing import GlobTool, ListDirTool
 from ._listing import States as States
 from ._read import ReadFileTool
 from ._readcache import ReadCache
-from ._workspace import StrPath, Workspace, arg_bool, arg_str
+from ._workspace import StrPath, Workspace, arg_bool, arg_str, count
 from .base import ToolResult
 
 __all__ = [
@@ -158,7 +158,9 @@ class WriteFileTool(_FileTool):
         await self._log(done.path, "write")
         verb = "Overwrote" if done.existed else "Created"
         lines = content.count("\n") + (0 if not content or content.endswith("\n") else 1)
-        return ToolResult(f"{verb} {done.display} ({lines} lines, {len(data):,} bytes).")
+        return ToolResult(
+            f"{verb} {done.display} ({count(lines, 'line')}, {count(len(data), 'byte')})."
+        )
 
 
 # -- edit_file ------------------------------------------------------------------------------
