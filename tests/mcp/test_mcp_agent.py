@@ -71,7 +71,7 @@ async def test_agent_survives_a_crashing_server(stdio_server: Callable[..., MCPS
         [
             reply(tool_calls=[call("crash", _id="c1")]),
             reply(tool_calls=[call("lookup", _id="c2", key="e")]),
-            "the server is gone",
+            "the server came back",
         ]
     )
     with anyio.fail_after(30):
@@ -82,5 +82,4 @@ async def test_agent_survives_a_crashing_server(stdio_server: Callable[..., MCPS
     assert result.termination_reason == TerminationReason.completed
     parts = results_of(result.messages)
     assert parts["c1"].is_error
-    assert parts["c2"].is_error
-    assert "closed the connection" in parts["c2"].content
+    assert not parts["c2"].is_error  # the crashed server was started again for the next call

@@ -92,9 +92,11 @@ async def test_crash_gives_error_results_and_does_not_cancel_the_caller(
             await anyio.sleep(0)  # a checkpoint: the caller was not cancelled by the transport
         private_http_server.process.wait()
 
-    for result in (results["hang"], results["crash"], later):
+    for result in (results["hang"], results["crash"]):
         assert result.is_error
         assert "closed the connection" in result.content
+    assert later.is_error  # the HTTP server is gone for good: reconnecting fails, clearly
+    assert "could not be reached again" in later.content
 
 
 async def test_open_mcp_tools_combines_servers(

@@ -107,8 +107,11 @@ class _Connection:
         self.stderr: IO[bytes] | None = None
         self.previous: _Connection | None = None
         self.lost = False
+        self.closed = False
         self._stack = AsyncExitStack()
         self._closing = anyio.Event()
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._reconnecting = anyio.Lock()
 
     async def open(self) -> None:
         """Start the runner and wait for the handshake; raise if it failed."""
@@ -116,7 +119,7 @@ class _Connection:
         try:
             if isinstance(spec, _StdioSpec) and spec.errlog is None:
                 self.stderr = self._stack.enter_context(tempfile.TemporaryFile())  # noqa: SIM115 - closed by the stack
-            tg = await self._stack.enter_async_context(anyio.create_task_group())
+            tg = self._tg = await self._stack.enter_async_context(anyio.create_task_group())
             self._stack.callback(self._closing.set)  # runs before the task group exits
             await tg.start(self._run)
         except BaseException:
@@ -135,7 +138,33 @@ class _Connection:
     async def close(self) -> None:
         # Not shielded: a cancel scope around it would wrap the task group's own exit. The
         # SDK shields the stdio shutdown itself, so a cancelled close still stops the child.
+        self.closed = True
         await self._stack.aclose()
+
+    async def reconnect(self) -> None:
+        """Open the session again after the server crashed or hung up (a stdio server is
+        started again). The new runner starts in the connection's own task group, so the task
+        that entered the server still owns and closes it.
+
+        Raises:
+            MCPServerError: the server could not be reached again.
+        """
+        async with self._reconnecting:
+            if self.client is not None and not self.lost:
+                return  # another task reconnected while this one waited
+            if self.closed or self._tg is None:
+                raise MCPError(code=CONNECTION_CLOSED, message="Connection closed")
+            logger.info("mcp_server_reconnecting", server=self.server.name)
+            self.lost = False
+            self.failure = None
+            await self._tg.start(self._run)
+            if self.client is None:
+                failure = self.failure or RuntimeError("the connection ended at once")
+                raise MCPServerError(
+                    f"MCP server {self.server.name!r} crashed or hung up, and could not be "
+                    f"reached again: {_describe(failure)}",
+                    server=self.server.name,
+                ) from failure
 
     async def _run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         started = False
@@ -437,6 +466,8 @@ class MCPServer:
         tools: list[RemoteTool] = []
         cursor: str | None = None
         try:
+            if conn.client is None or conn.lost:
+                await conn.reconnect()
             client = conn.require_client()
             for _ in range(_LIST_PAGE_CAP):
                 page = await client.list_tools(cursor=cursor)
@@ -458,12 +489,17 @@ class MCPServer:
     ) -> CallToolResult:
         """Call a tool by its remote name and return the SDK's raw result.
 
+        A connection lost since the last call (the server crashed or hung up) is opened again
+        first; a call in flight when it was lost is not retried (its outcome is unknown).
+
         Raises:
-            MCPServerError: not connected.
+            MCPServerError: not connected, or the server could not be reached again.
             mcp.MCPError: the server answered with a protocol error, the connection closed
                 (``CONNECTION_CLOSED``), or ``timeout`` passed (``REQUEST_TIMEOUT``).
         """
         conn = self._live_connection()
+        if conn.client is None or conn.lost:
+            await conn.reconnect()  # a server that crashed since the last call starts again
         client = conn.require_client()
         # None would fall back to the session's default (connect_timeout): spell "no limit".
         limit = math.inf if timeout is None else timeout
