@@ -46,7 +46,7 @@ def test_the_first_examples_run_against_a_server_and_exit_cleanly(tmp_path: Path
         server.add(
             reply(tool_calls=[call("add", a=2, b=40)]),
             reply(tool_calls=[call("add", a=42, b=7)]),
-            reply(tool_calls=[call("final_result", total=49, steps=["2+40=42", "42+7=49"])]),
+            '{"total": 49, "steps": ["2+40=42", "42+7=49"]}',  # native structured output
             "42",
             "43.",
         )

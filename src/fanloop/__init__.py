@@ -10,6 +10,7 @@ from ._approvals import DEFER, PendingApproval
 from ._gather import gather
 from ._result import RunResult, TerminationReason
 from ._retry import RetryPolicy
+from ._settings import ModelSettings
 from ._stream import RunStream
 from .limits import Limits
 from .observers import (
@@ -37,6 +38,7 @@ __all__ = [
     "Hooks",
     "Limits",
     "LoopObserver",
+    "ModelSettings",
     "MultiObserver",
     "NullObserver",
     "PendingApproval",

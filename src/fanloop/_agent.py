@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextvars
 import inspect
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from contextlib import nullcontext
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
 from functools import partial
-from types import UnionType
+from types import MappingProxyType, UnionType
 from typing import TYPE_CHECKING, Any, Generic, Self
 
 import anyio
@@ -21,13 +22,15 @@ from ._output import FINAL_TOOL, OutputMode, OutputSpec, OutputValidator
 from ._result import OutputT, RunResult, TerminationReason
 from ._retry import RetryPolicy
 from ._run import CLEANUP_GRACE, RunState
+from ._scope import enter_run, leave_run
+from ._settings import ModelSettings, check_settings
 from .catalog import model_info
 from .errors import ConfigurationError, ProviderError
 from .events import Event, RunFinished, RunStarted
 from .limits import Budget, Limits
-from .messages import Message, TextPart
+from .messages import DocumentPart, ImagePart, Message, TextPart
 from .observers import ConversationContext, ConversationSummary, Hooks, LoopObserver
-from .providers._types import HostedTool, ToolSpec
+from .providers._types import HostedTool, OutputFormat, ToolSpec
 from .tools.base import FunctionTool, Tool, tool
 
 if TYPE_CHECKING:
@@ -40,7 +43,10 @@ __all__ = ["Agent", "ConfirmFn"]
 ConfirmFn = Callable[..., "Awaitable[bool | str | object] | bool | str | object"]
 """``confirm(name, preview)`` or ``confirm(name, preview, call)``, sync or async: ``True``,
 ``False``, a reason string, or :data:`fanloop.DEFER`."""
-Prompt = str | Message | Sequence[TextPart]
+PromptPart = str | TextPart | ImagePart | DocumentPart
+Prompt = PromptPart | Message | Sequence[PromptPart]
+"""What a run starts from: text, or text, images and PDF documents in order (plain strings in a
+sequence become text parts), or a whole user :class:`~fanloop.messages.Message`."""
 
 SystemFn = Callable[..., "str | Awaitable[str | None] | None"]
 """``system(ctx) -> str``, sync or async: a system prompt made at each run's start from its
@@ -81,10 +87,16 @@ class Agent(Generic[DepsT, OutputT]):
         skills: discover ``SKILL.md`` skills, list them in the system prompt and add
             ``read_skill``.
         name: the agent's name in event lineage and logs.
-        max_tokens: the output budget of a model call.
+        model_settings: sampling and tool-choice options of every model call
+            (:class:`~fanloop.ModelSettings`); a run may override them field by field with
+            ``run(..., model_settings=...)``. A setting the provider cannot honour is a
+            :class:`~fanloop.errors.ConfigurationError`.
+        max_tokens: the output budget of a model call (a shortcut for
+            ``model_settings.max_tokens``; 4096 when neither says).
         max_tokens_ceiling: how far a truncated tool call may grow the budget by retrying
             (defaults to the model's output ceiling from the model table).
-        temperature: sampling temperature, when the provider takes one.
+        temperature: sampling temperature (a shortcut for ``model_settings.temperature``;
+            giving both with different values is a ``ConfigurationError``).
         thinking_budget: tokens of extended thinking, when the provider supports it.
         hosted_tools: tools the provider runs itself (:class:`~fanloop.providers.HostedTool`).
         max_concurrency: cap on this agent's tool calls running at once, across its runs.
@@ -118,6 +130,7 @@ class Agent(Generic[DepsT, OutputT]):
         "_confirm_arg",
         "_invoke",
         "_owns_provider",
+        "_provider",
         "_table",
         "_tool_async",
         "auto_approve",
@@ -136,11 +149,12 @@ class Agent(Generic[DepsT, OutputT]):
         "max_tool_result_chars",
         "memory",
         "model",
+        "model_settings",
         "name",
         "native_output",
         "observer",
         "output",
-        "provider",
+        "output_format",
         "provider_name",
         "retry",
         "skills",
@@ -154,7 +168,7 @@ class Agent(Generic[DepsT, OutputT]):
         "workspace",
     )
 
-    provider: Any
+    _provider: Any
     provider_name: str
     model: str
     name: str
@@ -183,6 +197,8 @@ class Agent(Generic[DepsT, OutputT]):
     hosted_tools: tuple[HostedTool, ...]
     output: OutputSpec
     native_output: bool
+    output_format: OutputFormat | None
+    model_settings: ModelSettings
     limiters: LimiterPool
     tools: dict[str, Tool]
     tool_specs: tuple[ToolSpec, ...]
@@ -209,7 +225,8 @@ class Agent(Generic[DepsT, OutputT]):
         memory: bool = False,
         skills: bool = False,
         name: str = "agent",
-        max_tokens: int = 4096,
+        model_settings: ModelSettings | None = None,
+        max_tokens: int | None = None,
         max_tokens_ceiling: int | None = None,
         temperature: float | None = None,
         thinking_budget: int | None = None,
@@ -249,8 +266,10 @@ class Agent(Generic[DepsT, OutputT]):
             raise ConfigurationError(
                 f"{provider!r} is not a provider: it needs a complete() or stream() method"
             )
-        if max_tokens < 1:
+        if max_tokens is not None and max_tokens < 1:
             raise ConfigurationError("max_tokens must be >= 1")
+        settings = _with_shortcuts(model_settings, max_tokens=max_tokens, temperature=temperature)
+        max_tokens = settings.max_tokens or DEFAULT_MAX_TOKENS
         if not 0 < compact_threshold <= 1:
             raise ConfigurationError("compact_threshold must be in (0, 1]")
         if max_depth < 0:
@@ -260,7 +279,7 @@ class Agent(Generic[DepsT, OutputT]):
         set_("_confirm_arg", confirm)
         if confirm is None and hooks is not None:
             confirm = hooks.confirm
-        set_("provider", provider)
+        set_("_provider", provider)
         set_("provider_name", str(getattr(provider, "name", type(provider).__name__)))
         set_("model", str(getattr(provider, "model", "")))
         set_("name", name)
@@ -276,7 +295,8 @@ class Agent(Generic[DepsT, OutputT]):
         set_("skills", skills)
         set_("workspace", workspace)
         set_("max_depth", max_depth)
-        set_("temperature", temperature)
+        set_("model_settings", settings)
+        set_("temperature", settings.temperature)
         set_("thinking_budget", thinking_budget)
         set_("compact_threshold", compact_threshold)
         set_("max_tool_result_chars", max_tool_result_chars)
@@ -303,7 +323,7 @@ class Agent(Generic[DepsT, OutputT]):
         if _limiters is None:
             _limiters = LimiterPool(dict(concurrency_limits or {}), threads=tool_threads)
         elif concurrency_limits:
-            _limiters.keys.update(concurrency_limits)
+            _limiters.declare(concurrency_limits)
         set_("limiters", _limiters)
 
         spec = OutputSpec(
@@ -312,6 +332,7 @@ class Agent(Generic[DepsT, OutputT]):
         native = _native_output(spec, provider)
         set_("output", spec)
         set_("native_output", native)
+        set_("output_format", _output_format(spec) if native else None)
 
         all_tools = [t if isinstance(t, Tool) else tool(t) for t in tools]
         if not spec.is_text and not native:
@@ -342,6 +363,7 @@ class Agent(Generic[DepsT, OutputT]):
                     f"limit with Agent(concurrency_limits={{{t.concurrency_key!r}: N}})"
                 )
             by_name[t.name] = t
+        check_settings(settings, provider, [*by_name, *(h.kind for h in hosted)])
         set_("tools", by_name)
         set_("tool_specs", tuple(_spec(t) for t in all_tools))
         set_(
@@ -357,7 +379,11 @@ class Agent(Generic[DepsT, OutputT]):
         )
         set_("_caps", {t.name: self._caps_of(t) for t in all_tools})
         set_("system_prompt", "\n\n".join(system_parts) or None)
-        set_("_invoke", make_invoker(provider, self.retry.stream_idle_timeout))
+        # A provider that watches its own streams (FallbackProvider: per provider it asks)
+        # is not watched here too.
+        watched = not getattr(provider, "handles_stream_idle", False)
+        idle = self.retry.stream_idle_timeout if watched else None
+        set_("_invoke", make_invoker(provider, idle))
         set_("_table", build_table(observer, hooks))
 
     async def aclose(self) -> None:
@@ -366,7 +392,7 @@ class Agent(Generic[DepsT, OutputT]):
         A provider object handed to the agent is borrowed: closing it stays with its owner.
         """
         if self._owns_provider:
-            close = getattr(self.provider, "aclose", None)
+            close = getattr(self._provider, "aclose", None)
             if close is not None:
                 await close()
 
@@ -418,9 +444,47 @@ class Agent(Generic[DepsT, OutputT]):
         return f"{self.system_prompt}\n\n{block}" if self.system_prompt else block
 
     @property
+    def provider(self) -> Any:
+        """The provider model calls go to (the overriding one inside :meth:`override`)."""
+        return self._active()._provider
+
+    @property
     def invoke(self) -> Invoker:
-        """The prebuilt provider call (streaming or not), used by the loop."""
-        return self._invoke
+        """The prebuilt provider call (streaming or not), used by the loop (the overriding
+        provider's inside :meth:`override`)."""
+        return self._active()._invoke
+
+    def _active(self) -> Agent[Any, Any]:
+        """This agent, or what replaces it inside :meth:`override` in this context."""
+        overrides = _overrides.get()
+        return overrides.get(id(self), self) if overrides else self
+
+    @contextmanager
+    def override(self, **changes: Any) -> Iterator[Agent[Any, Any]]:
+        """Swap the provider (or any other constructor argument) for the code in the block,
+        without rebuilding the agent: for tests of code that holds a module-level agent::
+
+            with support_agent.override(provider=ScriptedProvider(["Hello!"])):
+                await app.handle("hi")          # its runs use the scripted provider
+
+        Every run of this agent started inside the block (``run``, ``stream``, ``run_sync``,
+        ``resume``, and runs as a tool or sub-agent of another agent) runs as
+        ``agent.with_options(**changes)``: its provider, model, native-output choice and
+        tools all follow the override. The override lives in a context variable, so it holds
+        for this task and the tasks it starts inside the block, and nowhere else: runs of the
+        same agent in other tasks are unaffected. Overrides nest (the inner one applies on top
+        of the outer one). Outside a run, :attr:`provider` and :attr:`invoke` follow the
+        override too; the other attributes stay the agent's own.
+
+        Yields:
+            The agent the runs inside the block use.
+        """
+        replacement = self._active().with_options(**changes)
+        token = _overrides.set({**_overrides.get(), id(self): replacement})
+        try:
+            yield replacement
+        finally:
+            _overrides.reset(token)
 
     def tool_is_async(self, t: Tool) -> bool:
         """Whether ``t.run`` is a coroutine function (decided once, at construction)."""
@@ -449,7 +513,7 @@ class Agent(Generic[DepsT, OutputT]):
 
     def with_options(self, **changes: Any) -> Agent[Any, Any]:
         """A copy of this agent with some constructor arguments changed."""
-        provider = changes.pop("provider", self.provider)
+        provider = changes.pop("provider", self._provider)
         current: dict[str, Any] = {
             "system": self.system,
             "tools": [t for t in self.tools.values() if t.name not in _AUTO_TOOLS],
@@ -463,9 +527,8 @@ class Agent(Generic[DepsT, OutputT]):
             "memory": self.memory,
             "skills": self.skills,
             "name": self.name,
-            "max_tokens": self.max_tokens,
+            "model_settings": self.model_settings,
             "max_tokens_ceiling": self.max_tokens_ceiling,
-            "temperature": self.temperature,
             "thinking_budget": self.thinking_budget,
             "hosted_tools": self.hosted_tools,
             "max_concurrency": self.max_concurrency,
@@ -481,6 +544,11 @@ class Agent(Generic[DepsT, OutputT]):
             "output_mode": self.output.mode,
             "_limiters": self.limiters,
         }
+        shortcuts = {k for k in ("max_tokens", "temperature") if k in changes}
+        if shortcuts and "model_settings" not in changes:  # the shortcut replaces the field
+            current["model_settings"] = self.model_settings.model_copy(
+                update=dict.fromkeys(shortcuts)
+            )
         current.update(changes)
         return Agent(provider, **current)
 
@@ -493,6 +561,7 @@ class Agent(Generic[DepsT, OutputT]):
         messages: Sequence[Message] | None = None,
         session: Session | None = None,
         deps: Any = None,
+        model_settings: ModelSettings | None = None,
     ) -> RunResult[OutputT]:
         """Run the loop on ``prompt`` until the model answers or a limit ends it.
 
@@ -502,13 +571,19 @@ class Agent(Generic[DepsT, OutputT]):
             session: a :class:`~fanloop.sessions.Session`; every message is persisted to it
                 as it is appended.
             deps: any object; tools receive it as ``RunContext.deps``.
+            model_settings: settings for this run's model calls, over the agent's field by
+                field (:meth:`ModelSettings.merge <fanloop.ModelSettings.merge>`); checked
+                before the run starts (a ``ConfigurationError`` if the provider cannot
+                honour one).
 
         Returns:
             The :class:`~fanloop.RunResult`, for every ending but two: a provider error that
             survives its retries raises its :class:`~fanloop.errors.ProviderError`, and
             cancellation propagates. Both carry the partial result as ``.partial``.
         """
-        return await self._execute(prompt, messages=messages, session=session, deps=deps)
+        return await self._execute(
+            prompt, messages=messages, session=session, deps=deps, model_settings=model_settings
+        )
 
     def stream(
         self,
@@ -520,6 +595,7 @@ class Agent(Generic[DepsT, OutputT]):
         buffer: int = 64,
         resume: bool = False,
         approvals: Mapping[str, bool | str] | None = None,
+        model_settings: ModelSettings | None = None,
     ) -> RunStream[OutputT]:
         """Run as :meth:`run`, yielding the run's events as they happen.
 
@@ -527,7 +603,8 @@ class Agent(Generic[DepsT, OutputT]):
         afterwards ``run.result`` holds the :class:`~fanloop.RunResult`. The event buffer is
         bounded: a slow consumer slows the run down rather than growing memory. Leaving the
         ``async with`` early cancels the run. With ``resume=True`` (and a ``session``, no
-        prompt) it streams :meth:`resume`, with ``approvals`` as there.
+        prompt) it streams :meth:`resume`, with ``approvals`` as there. ``model_settings``
+        as in :meth:`run`.
         """
         from ._stream import RunStream
 
@@ -540,7 +617,13 @@ class Agent(Generic[DepsT, OutputT]):
             raise ConfigurationError("approvals= is for stream(resume=True)")
         return RunStream(
             partial(
-                self._execute, prompt, messages=messages, session=session, deps=deps, before=before
+                self._active()._execute,  # an override in force now holds for the whole stream
+                prompt,
+                messages=messages,
+                session=session,
+                deps=deps,
+                before=before,
+                model_settings=model_settings,
             ),
             buffer=buffer,
         )
@@ -552,6 +635,7 @@ class Agent(Generic[DepsT, OutputT]):
         messages: Sequence[Message] | None = None,
         session: Session | None = None,
         deps: Any = None,
+        model_settings: ModelSettings | None = None,
     ) -> RunResult[OutputT]:
         """:meth:`run` for scripts: runs and returns. Not for async code (``await run()``).
 
@@ -569,7 +653,14 @@ class Agent(Generic[DepsT, OutputT]):
         from ._sync import run_blocking
 
         return run_blocking(
-            partial(self._execute, prompt, messages=messages, session=session, deps=deps)
+            partial(
+                self._active()._execute,  # resolved here: the run's loop is in another thread
+                prompt,
+                messages=messages,
+                session=session,
+                deps=deps,
+                model_settings=model_settings,
+            )
         )
 
     async def resume(
@@ -578,6 +669,7 @@ class Agent(Generic[DepsT, OutputT]):
         *,
         approvals: Mapping[str, bool | str] | None = None,
         deps: Any = None,
+        model_settings: ModelSettings | None = None,
     ) -> RunResult[OutputT]:
         """Go on with the turn left open in ``session``: parked for approval, or cut short.
 
@@ -598,7 +690,11 @@ class Agent(Generic[DepsT, OutputT]):
                 waits for approvals and none were given. Nothing is changed.
         """
         return await self._execute(
-            None, session=session, deps=deps, before=_resume_step(session, approvals)
+            None,
+            session=session,
+            deps=deps,
+            before=_resume_step(session, approvals),
+            model_settings=model_settings,
         )
 
     def as_tool(
@@ -629,7 +725,27 @@ class Agent(Generic[DepsT, OutputT]):
         parent: RunState | None = None,
         parent_call_id: str | None = None,
         before: Callable[[RunState], Awaitable[RunResult | None]] | None = None,
+        model_settings: ModelSettings | None = None,
     ) -> RunResult[Any]:
+        active = self._active()
+        if active is not self:  # inside override(): the replacement runs instead
+            return await active._execute(
+                prompt,
+                messages=messages,
+                session=session,
+                deps=deps,
+                send=send,
+                parent=parent,
+                parent_call_id=parent_call_id,
+                before=before,
+                model_settings=model_settings,
+            )
+        settings = self.model_settings
+        if model_settings is not None:  # checked before anything happens
+            settings = settings.merge(_as_settings(model_settings))
+            check_settings(
+                settings, self._provider, [*self.tools, *(h.kind for h in self.hosted_tools)]
+            )
         if session is not None and messages is not None:
             raise ConfigurationError("pass messages= or session=, not both")
         if session is not None and before is None:
@@ -656,13 +772,20 @@ class Agent(Generic[DepsT, OutputT]):
             depth=0 if parent is None else parent.depth + 1,
             parent=parent,
         )
-        if callable(self.system):
-            run.system = await _dynamic_system(self.system, run)
-        log_tokens = bind(run_id=run.run_id, agent_path="/".join(path))
+        if settings is not self.model_settings:
+            run.settings = settings
+            run.max_tokens = settings.max_tokens or self.max_tokens
+        current = enter_run(run)
         try:
-            return await self._run_observed(run, prompt, before, parent is None, session)
+            if callable(self.system):
+                run.system = await _dynamic_system(self.system, run)
+            log_tokens = bind(run_id=run.run_id, agent_path="/".join(path))
+            try:
+                return await self._run_observed(run, prompt, before, parent is None, session)
+            finally:
+                unbind(log_tokens)
         finally:
-            unbind(log_tokens)
+            leave_run(current)
 
     async def _run_observed(
         self,
@@ -774,7 +897,22 @@ def _user_message(prompt: Prompt) -> Message:
         return prompt
     if isinstance(prompt, str):
         return Message.user(prompt)
-    return Message(role="user", content=tuple(prompt))
+    if isinstance(prompt, TextPart | ImagePart | DocumentPart):
+        return Message(role="user", content=(prompt,))
+    if isinstance(prompt, bytes | bytearray):
+        raise ConfigurationError("a prompt cannot be bytes: wrap an image in ImagePart(data=...)")
+    content: list[TextPart | ImagePart | DocumentPart] = []
+    for item in prompt:
+        if isinstance(item, str):
+            content.append(TextPart(text=item))
+        elif isinstance(item, TextPart | ImagePart | DocumentPart):
+            content.append(item)
+        else:
+            raise ConfigurationError(
+                "a prompt is a string or a sequence of strings, TextPart, ImagePart and "
+                f"DocumentPart, not one holding {type(item).__name__}"
+            )
+    return Message(role="user", content=tuple(content))
 
 
 async def _dynamic_system(fn: SystemFn, run: RunState) -> str | None:
@@ -797,16 +935,76 @@ async def _dynamic_system(fn: SystemFn, run: RunState) -> str | None:
 
 
 def _native_output(spec: OutputSpec, provider: Any) -> bool:
-    """Whether typed answers use the provider's native structured output."""
+    """Whether typed answers use the provider's native structured output.
+
+    A provider may also judge the schema (``accepts_output_schema(schema) -> bool``): in
+    ``"auto"`` mode a schema it cannot express goes through the ``final_result`` tool.
+    """
     if spec.is_text or spec.mode == "tool":
         return False
     supported = bool(getattr(provider, "native_output", False))
+    name = getattr(provider, "name", provider)
     if spec.mode == "native" and not supported:
         raise ConfigurationError(
-            f"provider {getattr(provider, 'name', provider)!r} has no native structured "
-            "output; use output_mode='tool' or 'auto'"
+            f"provider {name!r} has no native structured output; use output_mode='tool' or 'auto'"
         )
+    accepts = getattr(provider, "accepts_output_schema", None)
+    if supported and callable(accepts) and not accepts(spec.parameters):
+        if spec.mode == "native":
+            raise ConfigurationError(
+                f"provider {name!r} cannot constrain its answer to the schema of "
+                f"{spec.name!r} (a free-form dict, Any or a tuple in it); use "
+                "output_mode='tool' or 'auto'"
+            )
+        return False
     return supported
+
+
+def _output_format(spec: OutputSpec) -> OutputFormat:
+    """The schema a native typed answer must follow, made once per agent."""
+    from .providers._schema import schema_name
+
+    return OutputFormat(name=schema_name(spec.name), json_schema=spec.parameters)
+
+
+DEFAULT_MAX_TOKENS = 4096
+"""The output budget of a model call when neither ``max_tokens`` nor the settings say."""
+
+_overrides: contextvars.ContextVar[Mapping[int, Agent[Any, Any]]] = contextvars.ContextVar(
+    "fanloop_agent_overrides", default=MappingProxyType({})
+)
+"""``Agent.override``: id of the agent -> the agent its runs use (copied on write)."""
+
+
+def _as_settings(value: Any) -> ModelSettings:
+    if isinstance(value, ModelSettings):
+        return value
+    if isinstance(value, Mapping):
+        return ModelSettings(**value)
+    raise ConfigurationError(f"model_settings must be a ModelSettings, not {type(value).__name__}")
+
+
+def _with_shortcuts(
+    settings: Any, *, max_tokens: int | None, temperature: float | None
+) -> ModelSettings:
+    """The agent's settings with the ``max_tokens`` / ``temperature`` shortcuts folded in."""
+    result = _as_settings(settings) if settings is not None else ModelSettings()
+    changes: dict[str, Any] = {}
+    for name, value in (("max_tokens", max_tokens), ("temperature", temperature)):
+        if value is None:
+            continue
+        given = getattr(result, name)
+        if given is not None and given != value:
+            raise ConfigurationError(
+                f"{name}={value!r} conflicts with model_settings.{name}={given!r}: give it once"
+            )
+        changes[name] = value
+    if not changes:
+        return result
+    try:
+        return ModelSettings(**{**result.__dict__, **changes})
+    except ValueError as exc:
+        raise ConfigurationError(f"invalid model setting: {exc}") from None
 
 
 def _resume_step(

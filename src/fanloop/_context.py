@@ -14,7 +14,16 @@ from typing import TYPE_CHECKING
 
 from ._log import logger
 from .events import CompactionFinished, CompactionStarted
-from .messages import Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
+from .limits import media_tokens
+from .messages import (
+    DocumentPart,
+    ImagePart,
+    Message,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolResultPart,
+)
 
 if TYPE_CHECKING:
     from ._run import RunState
@@ -37,8 +46,12 @@ def _chars(message: Message) -> int:
             n += len(part.text)
         elif isinstance(part, ToolResultPart):
             n += len(part.content)
+            for media in part.parts:
+                n += media_tokens(media) * 4
         elif isinstance(part, ToolCallPart):
             n += len(part.name) + len(str(part.arguments))
+        elif isinstance(part, ImagePart | DocumentPart):
+            n += media_tokens(part) * 4  # counted as characters, four to a token
     return n
 
 

@@ -8,10 +8,16 @@ its usage rolls up into the parent's, its events reach the parent's stream with 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ._result import RunResult, TerminationReason
 from .errors import ToolError
+from .events import BudgetKind
+from .limits import NO_INPUT, Budget, Denial, InputEstimate, Limits, Reservation, estimate_input
+from .messages import Message
+from .providers._types import ModelRequest, Usage
 from .tools.base import Tool, ToolResult, current_context
 
 if TYPE_CHECKING:
@@ -48,14 +54,160 @@ def _outcome(result: RunResult) -> ToolResult:
 
 
 async def run_subagent(agent: Agent[Any, Any], task: str) -> ToolResult:
-    """Run ``agent`` on ``task`` as a sub-agent of the run calling this tool."""
+    """Run ``agent`` on ``task`` as a sub-agent of the run calling this tool.
+
+    The sub-agent spends from the caller's budget and lives within the caller's deadline, and
+    its own :class:`~fanloop.Limits` hold too: its ``timeout`` is a deadline of its own (a
+    cancel scope; the sub-agent ends with ``deadline``), and its token, cost and tool-call
+    limits are an allowance of its own, checked and reserved alongside the shared budget.
+    """
     try:
         ctx = current_context()
     except LookupError:
         return _outcome(await agent.run(task))
     parent: RunState = ctx._run
-    result = await agent._execute(task, parent=parent, parent_call_id=ctx.call.id)
+    result = await agent._execute(
+        None,
+        parent=parent,
+        parent_call_id=ctx.call.id,
+        before=partial(_with_own_limits, agent, task),
+    )
     return _outcome(result)
+
+
+async def _with_own_limits(agent: Agent[Any, Any], task: str, run: RunState) -> RunResult:
+    """The sub-agent's run, under its own limits as well as its parent's."""
+    if _has_own_budget(agent.limits):
+        run.budget = ChildBudget(agent.limits, run.budget)
+    await run.append(Message.user(task))
+    return await agent._loop(run, deadline=True)
+
+
+def _has_own_budget(limits: Limits) -> bool:
+    return any(
+        v is not None
+        for v in (
+            limits.max_input_tokens,
+            limits.max_output_tokens,
+            limits.max_total_tokens,
+            limits.max_cost_usd,
+            limits.max_tool_calls,
+        )
+    )
+
+
+@dataclass(slots=True, eq=False)
+class _Pair(Reservation):
+    """A reservation held in a child's own budget and in the budget above it."""
+
+    own: Reservation | None = None
+    outer: Reservation | None = None
+
+
+class ChildBudget(Budget):
+    """A sub-agent's own allowance (its :class:`~fanloop.Limits`), spent alongside the budget
+    of the tree above it: every reservation, charge and check applies to both, so the
+    tightest limit wins and neither can be overshot."""
+
+    def __init__(self, limits: Limits, outer: Budget) -> None:
+        super().__init__(limits)
+        self.outer = outer
+
+    @property
+    def watching(self) -> bool:
+        return self._watching or self.outer.watching
+
+    @property
+    def metering(self) -> bool:
+        return self._metering or self.outer.metering
+
+    @property
+    def counts_input(self) -> bool:
+        return self._counts_input or self.outer.counts_input
+
+    def exhausted(self) -> Denial | None:
+        return Budget.exhausted(self) or self.outer.exhausted()
+
+    def estimate(
+        self, request: ModelRequest, known_tokens: int, known_messages: int
+    ) -> InputEstimate:
+        if not self.counts_input:
+            return NO_INPUT
+        return estimate_input(
+            request,
+            known_tokens=known_tokens,
+            known_messages=known_messages,
+            scale=max(self.input_scale, self.outer.input_scale),
+        )
+
+    async def reserve(
+        self, estimate: InputEstimate, requested: int, model: str
+    ) -> Reservation | Denial:
+        outer = self.outer
+        above: Reservation | None = None
+        if outer.metering:
+            granted = await outer.reserve(estimate, requested, model)
+            if isinstance(granted, tuple):
+                return granted
+            above = granted
+            requested = above.output_tokens
+        own: Reservation | None = None
+        if self._metering:
+            try:
+                mine = await Budget.reserve(self, estimate, requested, model)
+            except BaseException:
+                outer.settle(above, None, model)
+                raise
+            if isinstance(mine, tuple):
+                outer.settle(above, None, model)
+                return mine
+            own = mine
+            if above is not None and own.output_tokens < above.output_tokens:
+                # Hand the larger share above back and take the smaller one at once (no
+                # await comes before its grant, so it fits without waiting).
+                outer.settle(above, None, model)
+                again = await outer.reserve(estimate, own.output_tokens, model)
+                if isinstance(again, tuple):
+                    Budget.settle(self, own, None, model)
+                    return again
+                above = again
+        base = own if own is not None else above
+        if base is None:
+            return _Pair(estimate.tokens, requested, 0.0, estimate.measured)
+        return _Pair(
+            base.input_tokens,
+            base.output_tokens,
+            base.cost_usd,
+            base.measured,
+            own=own,
+            outer=above,
+        )
+
+    def output_allowance(self, requested: int, model: str) -> Reservation:
+        above = self.outer.output_allowance(requested, model)
+        own = Budget.output_allowance(self, above.output_tokens, model)
+        return _Pair(0, own.output_tokens, own.cost_usd, own=own, outer=above)
+
+    def settle(self, reserved: Reservation | None, usage: Usage | None, model: str) -> None:
+        own: Reservation | None = None
+        above: Reservation | None = None
+        if isinstance(reserved, _Pair):
+            if reserved.open:
+                reserved.open = False
+                own, above = reserved.own, reserved.outer
+        elif reserved is not None:
+            own = reserved
+        Budget.settle(self, own, usage, model)
+        self.outer.settle(above, usage, model)
+
+    def take_tool_calls(self, wanted: int) -> int:
+        mine = Budget.take_tool_calls(self, wanted)
+        granted = self.outer.take_tool_calls(mine)
+        self.tool_calls -= mine - granted
+        return granted
+
+    def warnings(self) -> list[tuple[BudgetKind, float, float]]:
+        return Budget.warnings(self) + self.outer.warnings()
 
 
 class DelegateTool(Tool):

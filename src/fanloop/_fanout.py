@@ -12,17 +12,21 @@
 6. Results come back in the order of the calls.
 7. Cancelling cancels every call in flight (one task group per batch) and still leaves a result
    for every call.
-8. Concurrency is capped per agent, per tool, and by named keys shared across tools, runs and
-   sub-agents.
+8. Concurrency is capped per agent, per tool, and by named keys shared across tools, runs,
+   sub-agents and separately built agents of the process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import inspect
+import math
+import threading
 import time
-from collections.abc import Sequence
+import weakref
+from collections.abc import Mapping, Sequence
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +35,7 @@ import anyio
 from ._approvals import DEFER, Parked
 from ._log import logger
 from ._run import CLEANUP_GRACE
-from .errors import ModelRetry, ToolError
+from .errors import ConfigurationError, ModelRetry, ToolError
 from .events import (
     ApprovalRequested,
     ApprovalResolved,
@@ -73,17 +77,35 @@ class LimiterPool:
     """Capacity limiters created on first use, one set per event loop.
 
     An agent owns one pool (its per-agent and per-tool caps hold across all of its runs);
-    sub-agents share their parent's pool for keyed limits.
+    sub-agents share their parent's pool. Keyed limits (``concurrency_limits``) live in a
+    process-wide registry instead: every agent of the process that names a key shares one
+    limiter for it per event loop (see :meth:`declare`).
     """
 
-    __slots__ = ("_by_loop", "keys", "threads")
+    __slots__ = ("__weakref__", "_by_loop", "keys", "threads")
 
-    def __init__(self, keys: dict[str, int] | None = None, threads: int = 64) -> None:
-        self.keys = dict(keys or {})
+    def __init__(self, keys: Mapping[str, int] | None = None, threads: int = 64) -> None:
+        self.keys: dict[str, int] = {}
         self.threads = threads
         self._by_loop: dict[int, dict[str, anyio.CapacityLimiter]] = {}
+        if keys:
+            self.declare(keys)
+
+    def declare(self, keys: Mapping[str, int]) -> None:
+        """Declare keyed limits for this pool, in the process-wide registry.
+
+        A key is shared by every pool (agent) of the process that declares it, with one
+        limiter per event loop. Declaring a key that a live agent declared with a different
+        limit raises :class:`~fanloop.errors.ConfigurationError`; a key is free again once
+        every agent that declared it is gone.
+        """
+        for key, limit in keys.items():
+            _KEYED.declare(self, key, limit)
+            self.keys[key] = limit
 
     def get(self, name: str, total: int) -> anyio.CapacityLimiter:
+        if name.startswith("key:"):
+            return _KEYED.limiter(name[4:], total)
         loop = id(asyncio.get_running_loop())
         limiters = self._by_loop.get(loop)
         if limiters is None:
@@ -94,6 +116,66 @@ class LimiterPool:
         if limiter is None:
             limiter = limiters[name] = anyio.CapacityLimiter(total)
         return limiter
+
+
+class _Key:
+    """One keyed limit: its value, the pools that declared it, its limiter per event loop."""
+
+    __slots__ = ("by_loop", "limit", "owners")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.owners: weakref.WeakSet[LimiterPool] = weakref.WeakSet()
+        self.by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.CapacityLimiter]
+        self.by_loop = weakref.WeakKeyDictionary()
+
+
+class _KeyRegistry:
+    """The process-wide keyed limits (DESIGN §3 rule 8)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._keys: dict[str, _Key] = {}
+
+    def declare(self, pool: LimiterPool, key: str, limit: int) -> None:
+        if not isinstance(key, str) or not key:
+            raise ConfigurationError(f"a concurrency key must be a non-empty string: {key!r}")
+        if isinstance(limit, bool) or not (
+            (isinstance(limit, int) and limit >= 1) or limit == math.inf
+        ):
+            raise ConfigurationError(
+                f"concurrency limit for {key!r} must be a whole number >= 1, not {limit!r}"
+            )
+        with self._lock:
+            entry = self._keys.get(key)
+            if entry is not None and entry.limit != limit and len(entry.owners):
+                gc.collect()  # agents that are gone but not yet collected do not hold a key
+            if entry is not None and entry.limit != limit:
+                if len(entry.owners):
+                    raise ConfigurationError(
+                        f"concurrency key {key!r} already has limit {entry.limit} in this "
+                        f"process (declared by another agent); this agent asks for {limit}. "
+                        "Keyed limits are shared by every agent of the process: give each "
+                        f"the same limit for {key!r}, or use another key."
+                    )
+                entry = None
+            if entry is None:
+                entry = self._keys[key] = _Key(limit)
+            entry.owners.add(pool)
+
+    def limiter(self, key: str, total: int) -> anyio.CapacityLimiter:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            entry = self._keys.get(key)
+            if entry is None:  # declared by a pool that is gone: declare it again
+                entry = self._keys[key] = _Key(total)
+            limiter = entry.by_loop.get(loop)
+            if limiter is None:
+                limiter = entry.by_loop[loop] = anyio.CapacityLimiter(entry.limit)
+            return limiter
+
+
+_KEYED = _KeyRegistry()
 
 
 class _Call:
@@ -469,6 +551,7 @@ async def _execute(
             "call_id": call.id,
             "content": content,
             "is_error": result.is_error,
+            "parts": result.parts,  # checked by ToolResult (types, count, bytes)
         },
     )
     results[item.index] = part

@@ -120,7 +120,7 @@ class OutputSpec:
         """Validate the ``final_result`` tool's arguments into the output value."""
         data = arguments.get("response") if self.wrapped else arguments
         if self.wrapped and "response" not in arguments:
-            raise ModelRetry("the final result must be given as {\"response\": ...}")
+            raise ModelRetry('the final result must be given as {"response": ...}')
         return self._validate_python(data)
 
     def parse_text(self, text: str) -> Any:
@@ -129,6 +129,8 @@ class OutputSpec:
             return text
         try:
             data = json.loads(text)
+        except RecursionError:
+            raise ModelRetry("the answer is nested too deeply") from None
         except ValueError as exc:
             raise ModelRetry(
                 f"the answer is not valid JSON ({exc}); answer with the JSON value only"
@@ -142,6 +144,8 @@ class OutputSpec:
             return self.adapter.validate_python(data)
         except pydantic.ValidationError as exc:
             raise ModelRetry(describe(exc)) from None
+        except RecursionError:
+            raise ModelRetry("the answer is nested too deeply") from None
 
     async def check(self, run: RunState, value: Any) -> Any:
         """Run the output validators on ``value``; return the (possibly changed) value."""
@@ -348,4 +352,3 @@ def _strip_titles(schema: Any) -> Any:
     if isinstance(schema, list):
         return [_strip_titles(v) for v in schema]
     return schema
-

@@ -55,6 +55,7 @@ class RunState:
         "pending",
         "run_id",
         "session",
+        "settings",
         "stall",
         "started",
         "system",
@@ -93,6 +94,7 @@ class RunState:
         self.usage = Usage()
         self.stall = StallDetector(agent.limits.stall_threshold)
         self.max_tokens = agent.max_tokens
+        self.settings = agent.model_settings  # a run's own settings: see Agent._execute
         self.context_tokens = 0
         self.context_base = 0
         self.ending: tuple[TerminationReason, str | None] | None = None
@@ -132,6 +134,7 @@ class RunState:
         if pending:
             paused = {"role": "assistant", "content": tuple(pending), "origin": origin}
             messages += (_build(Message, paused),)
+        settings = self.settings
         return _build(
             ModelRequest,
             {
@@ -139,11 +142,13 @@ class RunState:
                 "messages": messages,
                 "tools": agent.tool_specs,
                 "max_tokens": max_tokens,
-                "temperature": agent.temperature,
-                "stop_sequences": (),
+                "temperature": settings.temperature,
+                "stop_sequences": settings.stop or (),
                 "thinking_budget": agent.thinking_budget,
                 "hosted_tools": agent.hosted_tools,
                 "extra": {},
+                "settings": settings,
+                "output": agent.output_format,
             },
         )
 

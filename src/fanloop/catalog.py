@@ -42,29 +42,79 @@ class ModelInfo:
     cache_write_price: float | None = None
 
 
-def _claude(window: int, out: int, inp: float, outp: float) -> ModelInfo:
+def _claude(
+    window: int,
+    out: int,
+    inp: float,
+    outp: float,
+    *,
+    read: float | None = None,
+    write: float | None = None,
+) -> ModelInfo:
+    """An Anthropic model: cache reads at 0.1x and (5-minute) cache writes at 1.25x the input
+    price, unless the model's own prices say otherwise."""
     return ModelInfo(
-        window, out, inp, outp, cache_read_price=inp * 0.1, cache_write_price=inp * 1.25
+        window,
+        out,
+        inp,
+        outp,
+        cache_read_price=read if read is not None else round(inp * 0.1, 6),
+        cache_write_price=write if write is not None else round(inp * 1.25, 6),
     )
 
 
-def _gpt(window: int, out: int, inp: float, outp: float, cached: float) -> ModelInfo:
-    return ModelInfo(window, out, inp, outp, cache_read_price=cached, cache_write_price=inp)
+def _gpt(
+    window: int, out: int, inp: float, outp: float, cached: float, write: float | None = None
+) -> ModelInfo:
+    """An OpenAI model: cached input at ``cached``; cache writes at the input price unless the
+    model has a cache-write price (the GPT-6 family)."""
+    return ModelInfo(
+        window,
+        out,
+        inp,
+        outp,
+        cache_read_price=cached,
+        cache_write_price=write if write is not None else inp,
+    )
 
 
+_M = 1_000_000
+_OPENAI_LONG = 1_050_000
+
+# Prices in dollars per million tokens, standard tier, as published in November 2026
+# (Anthropic: platform.claude.com pricing and model pages; OpenAI: developers.openai.com
+# pricing). Tiered prices (long prompts) are not modelled: the lower tier is given.
 _TABLE: dict[str, ModelInfo] = {
     # Anthropic
+    "claude-fable-5-1": _claude(_M, 128_000, 10.0, 50.0, read=0.25),
+    "claude-fable-5": _claude(_M, 128_000, 10.0, 50.0, read=1.0),
+    "claude-opus-5-5": _claude(_M, 128_000, 4.0, 20.0, read=0.20),
+    "claude-opus-5": _claude(_M, 128_000, 5.0, 25.0),
+    "claude-sonnet-5-5": _claude(_M, 128_000, 2.0, 10.0, read=0.10),
+    "claude-sonnet-5": _claude(_M, 128_000, 2.0, 10.0),
+    "claude-haiku-5-5": _claude(_M, 128_000, 0.10, 0.50),  # prompts up to 100k tokens
     "claude-opus-4-8": _claude(200_000, 64_000, 5.0, 25.0),
     "claude-opus-4-7": _claude(200_000, 64_000, 5.0, 25.0),
+    "claude-opus-4-6": _claude(200_000, 64_000, 5.0, 25.0),
     "claude-opus-4-5": _claude(200_000, 64_000, 5.0, 25.0),
     "claude-opus-4-1": _claude(200_000, 32_000, 15.0, 75.0),
     "claude-opus-4": _claude(200_000, 32_000, 15.0, 75.0),
+    "claude-sonnet-4-6": _claude(200_000, 64_000, 3.0, 15.0),
     "claude-sonnet-4-5": _claude(200_000, 64_000, 3.0, 15.0),
     "claude-sonnet-4": _claude(200_000, 64_000, 3.0, 15.0),
     "claude-haiku-4-5": _claude(200_000, 64_000, 1.0, 5.0),
     "claude-3-7-sonnet": _claude(200_000, 64_000, 3.0, 15.0),
     "claude-3-5-haiku": _claude(200_000, 8_192, 0.8, 4.0),
     # OpenAI
+    "gpt-6-astra": _gpt(_OPENAI_LONG, 128_000, 10.0, 50.0, 1.0, write=12.5),
+    "gpt-6-sol": _gpt(_OPENAI_LONG, 128_000, 2.0, 10.0, 0.20, write=2.5),
+    "gpt-6-luna": _gpt(_OPENAI_LONG, 128_000, 0.10, 0.50, 0.01, write=0.125),
+    "gpt-5.6-sol": _gpt(_OPENAI_LONG, 128_000, 4.0, 20.0, 0.40),
+    "gpt-5.6-terra": _gpt(_OPENAI_LONG, 128_000, 2.0, 12.0, 0.20),
+    "gpt-5.6-luna": _gpt(_OPENAI_LONG, 128_000, 0.20, 1.20, 0.02),
+    "gpt-5.5": _gpt(400_000, 128_000, 5.0, 30.0, 0.50),
+    "gpt-5.4-mini": _gpt(400_000, 128_000, 0.75, 4.5, 0.075),
+    "gpt-5.4": _gpt(400_000, 128_000, 2.5, 15.0, 0.25),
     "gpt-5": _gpt(400_000, 128_000, 1.25, 10.0, 0.125),
     "gpt-5-mini": _gpt(400_000, 128_000, 0.25, 2.0, 0.025),
     "gpt-5-nano": _gpt(400_000, 128_000, 0.05, 0.4, 0.005),
@@ -119,7 +169,19 @@ def _lookup(model: str) -> ModelInfo | None:
 
 
 def cost_of(model: str, usage: Usage) -> float | None:
-    """Dollars that ``usage`` costs on ``model``; ``None`` when the model has no price."""
+    """Dollars that ``usage`` costs on ``model``; ``None`` when the model has no price.
+
+    Uncached input, output, cache reads and cache writes each at their own price (a model
+    without cache prices charges them as plain input)::
+
+        >>> from fanloop.providers import Usage
+        >>> round(cost_of("claude-sonnet-4-5", Usage(input_tokens=1_000_000)), 2)
+        3.0
+        >>> round(cost_of("claude-sonnet-4-5", Usage(cache_read_tokens=1_000_000)), 2)
+        0.3
+        >>> round(cost_of("claude-sonnet-4-5", Usage(cache_write_tokens=1_000_000)), 2)
+        3.75
+    """
     info = model_info(model)
     if info is None:
         return None

@@ -37,6 +37,10 @@ __all__ = [
     "MessageAppended",
     "ModelFailed",
     "OutputPartial",
+    "PacingReason",
+    "PacingUnavailable",
+    "PacingWait",
+    "ProviderFallback",
     "RequestStarted",
     "ResponseCompleted",
     "RetryScheduled",
@@ -56,6 +60,9 @@ __all__ = [
 BudgetKind: TypeAlias = Literal[
     "turns", "deadline", "input_tokens", "output_tokens", "total_tokens", "cost", "tool_calls"
 ]
+PacingReason: TypeAlias = Literal["requests", "tokens", "concurrency", "cooldown"]
+"""What a paced model call waited for: a request slot, token budget, a concurrency slot, or the
+group's cooldown after a rate limit (see :mod:`fanloop.pacing`)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -204,6 +211,21 @@ class ModelFailed(_Event):
 
 
 @dataclass(slots=True)
+class ProviderFallback(_Event):
+    """A :class:`~fanloop.providers.FallbackProvider` gave up on ``from_provider`` after
+    ``error`` (once its retries were spent, or at once when the error is not transient) and
+    asks ``to_provider`` instead. ``discard_partial`` is true when deltas of the abandoned
+    answer were already emitted. The answer's ``ModelResponse.provider`` names who answered.
+    """
+
+    kind: ClassVar[Literal["provider_fallback"]] = "provider_fallback"
+    from_provider: str
+    to_provider: str
+    error: Exception
+    discard_partial: bool = False
+
+
+@dataclass(slots=True)
 class UsageUpdated(_Event):
     """Token usage after a model call: this turn's, the run's total, seconds since start."""
 
@@ -256,6 +278,34 @@ class StallDetected(_Event):
     kind: ClassVar[Literal["stall_detected"]] = "stall_detected"
     tool_name: str
     count: int
+
+
+@dataclass(slots=True)
+class PacingWait(_Event):
+    """A paced model call waited ``seconds`` before it was sent (see :mod:`fanloop.pacing`).
+
+    Sent after each wait, before the request goes out; a long wait is reported in steps of
+    at most 30 s. ``reason`` says what it waited for; ``key`` names the pacing group.
+    """
+
+    kind: ClassVar[Literal["pacing_wait"]] = "pacing_wait"
+    seconds: float
+    reason: PacingReason
+    key: str = ""
+
+
+@dataclass(slots=True)
+class PacingUnavailable(_Event):
+    """The shared pacing backend (Redis) could not be reached for a model call.
+
+    ``fail_open``: the call went out unpaced; otherwise it failed with
+    :class:`~fanloop.pacing.PacingUnreachable` (a transient error, so it is retried).
+    """
+
+    kind: ClassVar[Literal["pacing_unavailable"]] = "pacing_unavailable"
+    key: str
+    error: str
+    fail_open: bool
 
 
 # -- tools ------------------------------------------------------------------------------------
@@ -319,12 +369,15 @@ Event: TypeAlias = (
     | ResponseCompleted
     | RetryScheduled
     | ModelFailed
+    | ProviderFallback
     | UsageUpdated
     | ContextUsage
     | CompactionStarted
     | CompactionFinished
     | BudgetWarning
     | StallDetected
+    | PacingWait
+    | PacingUnavailable
     | ApprovalRequested
     | ApprovalResolved
     | ToolStarted

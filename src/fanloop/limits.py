@@ -41,6 +41,7 @@ __all__ = [
     "StallDetector",
     "clean_usage",
     "estimate_input",
+    "media_tokens",
     "text_tokens",
 ]
 
@@ -109,9 +110,14 @@ TOOL_OVERHEAD = 8
 HOSTED_TOOL_TOKENS = 1_000
 """A provider-run tool (web search, code execution): its instructions and what it reads in."""
 IMAGE_TOKENS = 1_600
-"""An image: what the providers charge for one at their largest default size."""
+"""An image (:class:`~fanloop.messages.ImagePart`): what the providers charge for one at their
+largest default size (they scale larger images down)."""
 DOCUMENT_TOKENS = 8_000
-"""A document (PDF) of a few pages; its real cost depends on its page count."""
+"""A document (:class:`~fanloop.messages.DocumentPart`, a PDF) of a few pages: the least one
+is counted as; its real cost depends on its page count (see :data:`DOCUMENT_BYTES_PER_TOKEN`)."""
+DOCUMENT_BYTES_PER_TOKEN = 64
+"""A document sent as data counts at least one token per this many of its bytes (a 2 MiB PDF
+as about 33,000 tokens: each page costs its text plus an image of the page)."""
 UNMEASURABLE_TOKENS = 1_000
 """A value that cannot be serialised to measure it."""
 MAX_INPUT_SCALE = 2.0
@@ -145,20 +151,33 @@ def _value_tokens(value: Any) -> int:
     return text_tokens(text)
 
 
+def media_tokens(part: Any) -> int:
+    """A high estimate of the input tokens an image or a document costs (0 for other parts)."""
+    kind = getattr(part, "kind", None)
+    if kind == "image":
+        return IMAGE_TOKENS
+    if kind == "document":
+        data = getattr(part, "data", None)
+        size = len(data) if isinstance(data, bytes) else 0
+        return max(DOCUMENT_TOKENS, size // DOCUMENT_BYTES_PER_TOKEN)
+    return 0
+
+
 def _part_tokens(part: Any) -> int:
     kind = getattr(part, "kind", None)
     if kind == "text":
         return text_tokens(part.text)
     if kind == "tool_result":
-        return PART_OVERHEAD + _value_tokens(part.content)
+        tokens = PART_OVERHEAD + _value_tokens(part.content)
+        for media in getattr(part, "parts", ()):
+            tokens += media_tokens(media)
+        return tokens
     if kind == "tool_call":
         return PART_OVERHEAD + text_tokens(part.name) + _value_tokens(part.arguments)
     if kind == "thinking":
         return text_tokens(part.text) + text_tokens(part.redacted or "")
-    if kind == "image":
-        return IMAGE_TOKENS
-    if kind == "document":
-        return DOCUMENT_TOKENS
+    if kind == "image" or kind == "document":
+        return media_tokens(part)
     return PART_OVERHEAD + _value_tokens(part)
 
 

@@ -11,17 +11,30 @@ runs, hashed into sets, serialised to JSON and validated back::
 
 Tool results travel to the model in a ``user`` message, in the order of the calls that asked
 for them.
+
+A user message may also carry images (:class:`ImagePart`) and PDF documents
+(:class:`DocumentPart`), and so may a tool result (``ToolResultPart.parts``); both providers send
+them natively. Their bytes are capped (:data:`MAX_PART_BYTES`) and serialised as base64 in JSON.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import binascii
+import weakref
+from collections.abc import Iterable, Iterator
 from typing import Annotated, Any, Literal, TypeAlias, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
+    "IMAGE_MEDIA_TYPES",
     "INVALID_ARGUMENTS_KEY",
+    "MAX_PART_BYTES",
+    "MAX_RESULT_PARTS",
+    "MAX_URL_CHARS",
+    "DocumentPart",
+    "ImagePart",
+    "MediaPart",
     "Message",
     "Origin",
     "Part",
@@ -89,18 +102,287 @@ class ToolCallPart(BaseModel):
     arguments: dict[str, Any] = Field(default_factory=dict)
 
 
+MAX_PART_BYTES = 20 * 1024 * 1024
+"""The most bytes one image or document may hold (20 MiB), and the most media one tool result
+may carry in total. More is a ``ValueError`` (a ``pydantic.ValidationError``) that says so."""
+MAX_URL_CHARS = 8192
+"""The longest URL an image or document may point to."""
+MAX_RESULT_PARTS = 20
+"""The most images and documents one tool result may carry."""
+MAX_TITLE_CHARS = 256
+"""The longest document title."""
+
+ImageMediaType: TypeAlias = Literal["image/png", "image/jpeg", "image/gif", "image/webp"]
+IMAGE_MEDIA_TYPES: tuple[str, ...] = ("image/png", "image/jpeg", "image/gif", "image/webp")
+"""The image types both providers accept."""
+
+_MEDIA = ConfigDict(frozen=True, extra="forbid", ser_json_bytes="base64", val_json_bytes="base64")
+_SIGNATURES: tuple[tuple[bytes, str], ...] = (
+    (b"\x89PNG", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+)
+
+
+def sniff_image(data: bytes) -> str | None:
+    """The image type ``data`` starts like (PNG, JPEG, GIF, WebP), or ``None``."""
+    for magic, media_type in _SIGNATURES:
+        if data.startswith(magic):
+            return media_type
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+def _size(n: int) -> str:
+    mib = 1024 * 1024
+    return f"{n // mib} MiB" if n and n % mib == 0 else f"{n:,} bytes"
+
+
+def _check_data(data: bytes | None, what: str) -> bytes | None:
+    if data is not None and len(data) > MAX_PART_BYTES:
+        raise ValueError(
+            f"the {what} is {_size(len(data))}, over the limit of {_size(MAX_PART_BYTES)} for "
+            f"one part (fanloop.messages.MAX_PART_BYTES); resize or compress it, or split it"
+        )
+    return data
+
+
+def _check_url(url: str | None) -> str | None:
+    if url is None:
+        return None
+    if len(url) > MAX_URL_CHARS:
+        raise ValueError(f"the URL is {len(url):,} characters, over the limit of {MAX_URL_CHARS}")
+    if not url.startswith(("https://", "http://")) or not url.isprintable() or " " in url:
+        raise ValueError(
+            "the URL must be an http:// or https:// address without spaces or control "
+            "characters (pass local files as data=)"
+        )
+    return url
+
+
+def _from_data_url(values: Any, what: str) -> Any:
+    """``url="data:<type>;base64,<payload>"`` becomes ``data=`` and ``media_type=``."""
+    if not isinstance(values, dict):
+        return values
+    url = values.get("url")
+    if not isinstance(url, str) or url[:5].lower() != "data:":
+        return values
+    head, sep, payload = url[5:].partition(",")
+    media_type, _, encoding = head.partition(";")
+    if not sep or encoding.lower() != "base64":
+        raise ValueError(f"a data: URL for the {what} must be base64 (data:<type>;base64,...)")
+    if len(payload) > (MAX_PART_BYTES + 2) // 3 * 4 + 4:
+        raise ValueError(
+            f"the {what} in the data: URL is about {_size(len(payload) * 3 // 4)}, over the "
+            f"limit of {_size(MAX_PART_BYTES)} for one part (fanloop.messages.MAX_PART_BYTES)"
+        )
+    try:
+        data = binascii.a2b_base64(payload.strip(), strict_mode=True)
+    except binascii.Error as exc:
+        raise ValueError(f"the data: URL of the {what} is not valid base64: {exc}") from None
+    out = {k: v for k, v in values.items() if k != "url"}
+    if values.get("data") is not None:
+        raise ValueError(f"give the {what} as data= or url=, not both")
+    out["data"] = data
+    if media_type and out.get("media_type") is None:
+        out["media_type"] = media_type.lower()
+    return out
+
+
+class _Bytes:
+    """How the bytes of a media part show in a repr: their count, never their content."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __repr__(self) -> str:
+        return f"<{self.n:,} bytes>"
+
+
+class ImagePart(BaseModel):
+    """An image for the model: its bytes (``data``) or an address it can be fetched from.
+
+    ::
+
+        ImagePart(data=Path("chart.png").read_bytes())           # media_type from the bytes
+        ImagePart(data=jpeg_bytes, media_type="image/jpeg")
+        ImagePart(url="https://example.com/cat.webp")
+
+    Exactly one of ``data`` and ``url`` is given. ``media_type`` is one of
+    :data:`IMAGE_MEDIA_TYPES`; with ``data`` it may be left out and is then read from the
+    bytes' signature, and it must agree with the signature when the bytes have a known one.
+    ``data`` holds at most :data:`MAX_PART_BYTES`; a ``url`` is ``http(s)://`` (the provider
+    fetches it, not fanloop) or a ``data:`` URL (turned into ``data``). In JSON (sessions),
+    ``data`` is base64.
+    """
+
+    model_config = _MEDIA
+    kind: Literal["image"] = "image"
+    data: bytes | None = None
+    url: str | None = None
+    media_type: ImageMediaType | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _data_url(cls, values: Any) -> Any:
+        return _from_data_url(values, "image")
+
+    @field_validator("data")
+    @classmethod
+    def _data_size(cls, data: bytes | None) -> bytes | None:
+        return _check_data(data, "image")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, url: str | None) -> str | None:
+        return _check_url(url)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ImagePart:
+        data = self.data
+        if (data is None) == (self.url is None):
+            raise ValueError("an ImagePart needs exactly one of data= and url=")
+        if data is not None:
+            sniffed = sniff_image(data)
+            if self.media_type is None:
+                if sniffed is None:
+                    raise ValueError(
+                        "the image's type cannot be told from its bytes: pass media_type= "
+                        f"(one of {', '.join(IMAGE_MEDIA_TYPES)})"
+                    )
+                object.__setattr__(self, "media_type", sniffed)
+            elif sniffed is not None and sniffed != self.media_type:
+                raise ValueError(
+                    f"the image data is {sniffed}, but media_type says {self.media_type}"
+                )
+        return self
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        for name, value in super().__repr_args__():
+            yield name, _Bytes(len(value)) if name == "data" and value is not None else value
+
+
+class DocumentPart(BaseModel):
+    """A PDF document for the model: its bytes (``data``) or an address to fetch it from.
+
+    ::
+
+        DocumentPart(data=Path("report.pdf").read_bytes(), title="Q3 report")
+        DocumentPart(url="https://example.com/paper.pdf")       # Anthropic only
+
+    Exactly one of ``data`` and ``url``; ``data`` holds at most :data:`MAX_PART_BYTES`.
+    ``title`` (at most 256 characters) names the document to the model (Anthropic's ``title``,
+    OpenAI's ``filename``). OpenAI Chat Completions takes documents as data only: a
+    ``url`` document sent there is a :class:`~fanloop.errors.ConfigurationError`.
+    """
+
+    model_config = _MEDIA
+    kind: Literal["document"] = "document"
+    data: bytes | None = None
+    url: str | None = None
+    media_type: Literal["application/pdf"] = "application/pdf"
+    title: str | None = Field(default=None, max_length=MAX_TITLE_CHARS)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _data_url(cls, values: Any) -> Any:
+        return _from_data_url(values, "document")
+
+    @field_validator("data")
+    @classmethod
+    def _data_size(cls, data: bytes | None) -> bytes | None:
+        return _check_data(data, "document")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, url: str | None) -> str | None:
+        return _check_url(url)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DocumentPart:
+        if (self.data is None) == (self.url is None):
+            raise ValueError("a DocumentPart needs exactly one of data= and url=")
+        return self
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        for name, value in super().__repr_args__():
+            yield name, _Bytes(len(value)) if name == "data" and value is not None else value
+
+
+MediaPart: TypeAlias = Annotated[ImagePart | DocumentPart, Field(discriminator="kind")]
+"""An image or a document."""
+
+_BASE64: dict[int, tuple[weakref.ref[Any], str]] = {}
+
+
+def media_base64(part: ImagePart | DocumentPart) -> str:
+    """The standard base64 text of ``part.data`` (which must be set), computed once per part
+    and kept while the part lives.
+
+    Computing it costs about 2 ms per MiB: code that makes parts in a worker thread (the MCP
+    tools do) calls this there, so the providers find it ready on the event loop.
+    """
+    key = id(part)
+    hit = _BASE64.get(key)
+    if hit is not None and hit[0]() is part:
+        return hit[1]
+    data = part.data
+    if data is None:
+        raise ValueError(f"this {part.kind} part has a url, not data")
+    text = binascii.b2a_base64(data, newline=False).decode("ascii")
+
+    def forget(ref: weakref.ref[Any], key: int = key) -> None:
+        entry = _BASE64.get(key)
+        if entry is not None and entry[0] is ref:
+            del _BASE64[key]
+
+    _BASE64[key] = (weakref.ref(part, forget), text)
+    return text
+
+
 class ToolResultPart(BaseModel):
-    """What a tool call produced, addressed to the call by ``call_id``."""
+    """What a tool call produced, addressed to the call by ``call_id``.
+
+    ``parts`` carries images and documents the tool returned beside its text (at most
+    :data:`MAX_RESULT_PARTS`, holding at most :data:`MAX_PART_BYTES` together).
+    """
 
     model_config = _FROZEN
     kind: Literal["tool_result"] = "tool_result"
     call_id: str
     content: str
     is_error: bool = False
+    parts: tuple[MediaPart, ...] = ()
+
+    @field_validator("parts")
+    @classmethod
+    def _parts_size(cls, parts: tuple[ImagePart | DocumentPart, ...]) -> Any:
+        check_result_parts(parts)
+        return parts
+
+
+def check_result_parts(parts: tuple[Any, ...]) -> None:
+    """Raise ``ValueError`` unless ``parts`` fit in one tool result (count and total bytes)."""
+    if len(parts) > MAX_RESULT_PARTS:
+        raise ValueError(
+            f"a tool result carries {len(parts)} images or documents, over the limit of "
+            f"{MAX_RESULT_PARTS} (fanloop.messages.MAX_RESULT_PARTS)"
+        )
+    total = sum(len(p.data) for p in parts if getattr(p, "data", None) is not None)
+    if total > MAX_PART_BYTES:
+        raise ValueError(
+            f"a tool result carries {_size(total)} of images and documents, over the limit of "
+            f"{_size(MAX_PART_BYTES)} (fanloop.messages.MAX_PART_BYTES)"
+        )
 
 
 Part: TypeAlias = Annotated[
-    TextPart | ThinkingPart | ToolCallPart | ToolResultPart, Field(discriminator="kind")
+    TextPart | ThinkingPart | ToolCallPart | ToolResultPart | ImagePart | DocumentPart,
+    Field(discriminator="kind"),
 ]
 
 

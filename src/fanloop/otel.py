@@ -15,6 +15,11 @@ Spans follow the GenAI semantic conventions:
   response's finish reason and token usage; a failed attempt ends with ``error.type``;
 - ``execute_tool {tool name}`` (INTERNAL) per tool call, with the tool name and call id.
 
+A paced model call (:mod:`fanloop.pacing`) that waited has a ``fanloop.pacing_wait`` span
+event per wait on its ``chat`` span (key, reason, seconds) and its total wait in
+``fanloop.pacing.wait_seconds``; an unreachable pacing backend adds a
+``fanloop.pacing_unavailable`` event.
+
 The attribute names are the GenAI ones (``gen_ai.operation.name``, ``gen_ai.provider.name``,
 ``gen_ai.request.model``, ``gen_ai.usage.input_tokens`` ...), spelled out here because the
 ``opentelemetry-semantic-conventions`` package marks its GenAI constants deprecated. Message
@@ -57,6 +62,10 @@ TOOL_NAME = "gen_ai.tool.name"
 TOOL_CALL_ID = "gen_ai.tool.call.id"
 TOOL_TYPE = "gen_ai.tool.type"
 ERROR_TYPE = "error.type"
+PACING_KEY = "fanloop.pacing.key"
+PACING_REASON = "fanloop.pacing.reason"
+PACING_SECONDS = "fanloop.pacing.seconds"
+PACING_WAIT = "fanloop.pacing.wait_seconds"
 
 _RunKey = tuple[tuple[str, ...], str | None]
 
@@ -72,6 +81,7 @@ class OpenTelemetryObserver(NullObserver):
         self._tracer = trace.get_tracer("fanloop", tracer_provider=tracer_provider)
         self._runs: dict[_RunKey, tuple[Any, str, str]] = {}  # span, provider, model
         self._chats: dict[_RunKey, Any] = {}
+        self._waited: dict[_RunKey, float] = {}  # pacing waits of the open chat span
         self._tools: dict[str, Any] = {}
 
     def conversation(self) -> AbstractContextManager[None]:
@@ -98,6 +108,7 @@ class OpenTelemetryObserver(NullObserver):
             )
             self._runs[key] = (span, event.provider, event.model)
         elif event.kind == "request_started":
+            self._waited.pop(key, None)
             run = self._runs.get(key)
             if run is None:
                 return
@@ -132,6 +143,8 @@ class OpenTelemetryObserver(NullObserver):
             span = self._chats.pop(key, None)
             if span is not None:
                 _fail(span, event.error)
+        elif event.kind == "pacing_wait" or event.kind == "pacing_unavailable":
+            self._paced(key, event)
         elif event.kind == "tool_started":
             run = self._runs.get(key)
             if run is None:
@@ -157,6 +170,7 @@ class OpenTelemetryObserver(NullObserver):
                 span.set_status(Status(StatusCode.ERROR, event.result.content[:200]))
             span.end()
         elif event.kind == "run_finished":
+            self._waited.pop(key, None)
             entry = self._runs.pop(key, None)
             chat = self._chats.pop(key, None)
             if chat is not None:
@@ -174,6 +188,30 @@ class OpenTelemetryObserver(NullObserver):
                 _fail(span, error)
             else:
                 span.end()
+
+    def _paced(self, key: _RunKey, event: Any) -> None:
+        """A pacing wait (or an unreachable pacing backend) inside a model call: an event on
+        its ``chat`` span, and the call's total wait as ``fanloop.pacing.wait_seconds``."""
+        span = self._chats.get(key)
+        if span is None:
+            return
+        if event.kind == "pacing_unavailable":
+            span.add_event(
+                "fanloop.pacing_unavailable",
+                {
+                    PACING_KEY: event.key,
+                    "fanloop.pacing.error": event.error[:200],
+                    "fanloop.pacing.fail_open": event.fail_open,
+                },
+            )
+            return
+        total = self._waited.get(key, 0.0) + event.seconds
+        self._waited[key] = total
+        span.add_event(
+            "fanloop.pacing_wait",
+            {PACING_KEY: event.key, PACING_REASON: event.reason, PACING_SECONDS: event.seconds},
+        )
+        span.set_attribute(PACING_WAIT, total)
 
 
 def _fail(span: Any, error: BaseException) -> None:

@@ -60,8 +60,8 @@ def test_media_and_resources_are_summarised() -> None:
             ]
         )
     )
+    assert [(p.kind, len(p.data or b"")) for p in result.parts] == [("image", 300)]  # passed on
     assert result.content.splitlines() == [
-        "[image: image/png, 300 bytes]",
         "[audio: audio/wav, 10 bytes]",
         "[resource link: report <file:///r.pdf>]",
         "[resource <file:///a.txt>]",

@@ -46,7 +46,12 @@ async def test_tool_loop_over_http(server: FakeLLMServer, make, api: str) -> Non
     second = server.requests[1]
     if api == "anthropic":
         assert second.messages[-1]["content"] == [
-            {"type": "tool_result", "tool_use_id": "w1", "content": "Sunny in Paris"}
+            {
+                "type": "tool_result",
+                "tool_use_id": "w1",
+                "content": "Sunny in Paris",
+                "cache_control": {"type": "ephemeral"},  # the conversation's cache breakpoint
+            }
         ]
     else:
         assert second.messages[-1] == {

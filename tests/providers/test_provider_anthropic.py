@@ -157,8 +157,8 @@ async def test_hosted_tools_declared_and_server_blocks_replayed(
     tools = server.requests[0].body["tools"]
     assert tools[-2:] == [
         {"type": "web_search_20250305", "name": "web_search", "max_uses": 2},
-        {"type": "web_fetch_20250910", "name": "web_fetch"},
-    ]
+        {"type": "web_fetch_20250910", "name": "web_fetch", "cache_control": {"type": "ephemeral"}},
+    ]  # the last tool carries the tool list's prompt-cache breakpoint
     assert first.content == (TextPart(text="Found it."),)
     assert first.origin is not None and first.origin.raw == raw
     await anthropic_provider.complete(request("search", first.to_message(), "thanks"))
@@ -176,7 +176,8 @@ async def test_changed_message_is_translated_not_replayed(
     await anthropic_provider.complete(request("go", joined))
     assert server.requests[-1].messages[1]["content"] == [
         {"type": "text", "text": "First part."},
-        {"type": "text", "text": " Second part."},
+        # the last block of a request carries the conversation's prompt-cache breakpoint
+        {"type": "text", "text": " Second part.", "cache_control": {"type": "ephemeral"}},
     ]
 
 
@@ -228,7 +229,9 @@ async def test_system_prompt_and_headers(server: FakeLLMServer) -> None:
         await provider.complete(request("hi", system="Be brief."))
     sent = server.requests[-1]
     assert sent.path == "/v1/messages"
-    assert sent.body["system"] == "Be brief."
+    assert sent.body["system"] == [  # with its prompt-cache breakpoint
+        {"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}
+    ]
     assert sent.body["model"] == "claude-haiku-4-5"
     assert sent.headers["authorization"] == "Bearer sk-ant-secret" or (
         sent.headers.get("x-api-key") == "sk-ant-secret"

@@ -62,7 +62,9 @@ async def test_multi_turn_tool_conversation(
     assert all(b.get("stream", False) is streaming for b in bodies)
     last = bodies[-1]
     if api == "anthropic":
-        assert last["system"] == "You are terse."
+        assert last["system"] == [  # with its prompt-cache breakpoint
+            {"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}
+        ]
         assert last["max_tokens"] == 512
         assert [t["name"] for t in last["tools"]] == ["get_weather", "get_time"]
         assert last["tools"][0]["input_schema"]["properties"] == {"city": {"type": "string"}}

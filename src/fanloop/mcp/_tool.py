@@ -3,16 +3,23 @@
 A call never raises out of :meth:`MCPTool.run`: a server error, a crashed server, a closed
 connection or a call that passes its timeout all come back as a :class:`~fanloop.ToolResult`
 with ``is_error=True`` and a message the model can read.
+
+Images (and PDF resources) a server returns reach the model as they are, in
+``ToolResult.parts``, within the limits of :mod:`fanloop.messages`.
 """
 
 from __future__ import annotations
 
+import binascii
 import json
 import re
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
+from functools import partial
 from typing import Any
 
+import anyio
+import pydantic
 from mcp import MCPError
 from mcp_types import (
     CONNECTION_CLOSED,
@@ -30,6 +37,15 @@ from mcp_types import Tool as RemoteTool
 
 from .._log import logger
 from ..errors import ConfigurationError
+from ..messages import (
+    IMAGE_MEDIA_TYPES,
+    MAX_PART_BYTES,
+    MAX_RESULT_PARTS,
+    DocumentPart,
+    ImagePart,
+    media_base64,
+    sniff_image,
+)
 from ..tools.base import Tool, ToolResult
 from ._server import MCPServer, MCPServerError, _describe
 
@@ -37,6 +53,8 @@ __all__ = ["MCPTool", "load_mcp_tools", "open_mcp_tools"]
 
 _NAME_OK = re.compile(r"[^A-Za-z0-9_-]")
 _MAX_NAME = 64
+_THREAD_DECODE = 1 << 20
+"""Results carrying more base64 than this are converted in a worker thread."""
 
 
 class MCPTool(Tool):
@@ -99,7 +117,10 @@ class MCPTool(Tool):
                 f"MCP tool {self.name!r} failed: {_describe(err)}",
                 is_error=True,
             )
-        return convert_result(result, tool=self.name, server=self.server.name)
+        convert = partial(convert_result, result, tool=self.name, server=self.server.name)
+        if _binary_chars(result) > _THREAD_DECODE:  # decoding megabytes: off the event loop
+            return await anyio.to_thread.run_sync(convert, abandon_on_cancel=True)
+        return convert()
 
     def _failed(self, err: MCPError) -> ToolResult:
         server = self.server.name
@@ -128,19 +149,27 @@ def convert_result(result: CallToolResult, *, tool: str, server: str) -> ToolRes
     """Turn the SDK's ``CallToolResult`` into a :class:`~fanloop.ToolResult`.
 
     Text blocks are joined with newlines; when there is no text at all, the structured content
-    is given as JSON. Images, audio and binary resources are summarised in one line each;
-    embedded text resources are included with their URI. ``is_error`` is carried over, and
-    the structured content (when any) is kept in ``metadata["structured_content"]``.
+    is given as JSON. Images (PNG, JPEG, GIF, WebP; bytes that are plainly another of these
+    types go as that type) and PDF resources pass through to the model in ``parts`` while they
+    fit the limits (:data:`~fanloop.messages.MAX_RESULT_PARTS` parts,
+    :data:`~fanloop.messages.MAX_PART_BYTES` in all); the rest, audio and other binary
+    resources are summarised in one line each (saying why an image was not passed on).
+    Embedded text resources are included with their URI. ``is_error`` is carried over, and the
+    structured content (when any) is kept in ``metadata["structured_content"]``. Never raises.
     """
     parts: list[str] = []
+    media = _Media()
     has_text = False
     for block in result.content:
         if isinstance(block, TextContent):
             has_text = True
             parts.append(block.text)
-        elif isinstance(block, ImageContent | AudioContent):
-            kind = "image" if isinstance(block, ImageContent) else "audio"
-            parts.append(f"[{kind}: {block.mime_type}, {_b64_size(block.data)} bytes]")
+        elif isinstance(block, ImageContent):
+            line = media.add(block.data, block.mime_type, None)
+            if line:
+                parts.append(line)
+        elif isinstance(block, AudioContent):
+            parts.append(f"[audio: {block.mime_type}, {_b64_size(block.data)} bytes]")
         elif isinstance(block, ResourceLink):
             parts.append(f"[resource link: {block.name} <{block.uri}>]")
         elif isinstance(block, EmbeddedResource):
@@ -150,7 +179,9 @@ def convert_result(result: CallToolResult, *, tool: str, server: str) -> ToolRes
                 parts.append(f"[resource <{res.uri}>]\n{res.text}")
             elif isinstance(res, BlobResourceContents):
                 mime = res.mime_type or "application/octet-stream"
-                parts.append(f"[resource <{res.uri}>: {mime}, {_b64_size(res.blob)} bytes]")
+                line = media.add(res.blob, mime, str(res.uri))
+                if line:
+                    parts.append(line)
         else:  # a block type newer than this code
             parts.append(f"[{getattr(block, 'type', type(block).__name__)} content]")
     structured = result.structured_content
@@ -162,12 +193,73 @@ def convert_result(result: CallToolResult, *, tool: str, server: str) -> ToolRes
     metadata: dict[str, Any] = {"mcp_server": server}
     if structured is not None:
         metadata["structured_content"] = structured
-    return ToolResult(text, is_error=result.is_error, metadata=metadata)
+    return ToolResult(text, is_error=result.is_error, metadata=metadata, parts=tuple(media.parts))
 
 
 def _b64_size(data: str) -> int:
     data = data.strip()
     return max(0, len(data) * 3 // 4 - data[-2:].count("="))
+
+
+def _binary_chars(result: CallToolResult) -> int:
+    """The base64 characters of a result's images, audio and binary resources."""
+    n = 0
+    for block in result.content:
+        if isinstance(block, ImageContent | AudioContent):
+            n += len(block.data)
+        elif isinstance(block, EmbeddedResource) and isinstance(
+            block.resource, BlobResourceContents
+        ):
+            n += len(block.resource.blob)
+    return n
+
+
+class _Media:
+    """The images and PDFs of one result that pass through, within the limits."""
+
+    def __init__(self) -> None:
+        self.parts: list[ImagePart | DocumentPart] = []
+        self.total = 0
+
+    def add(self, data: str, mime: str, uri: str | None) -> str | None:
+        """Pass ``data`` (base64) on as a part; else the line that summarises it."""
+        mime = mime.lower()
+        is_image = mime in IMAGE_MEDIA_TYPES
+        size = _b64_size(data)
+        label = f"resource <{uri}>" if uri is not None else "image"
+        summary = f"[{label}: {mime}, {size} bytes"
+        if not is_image and mime != "application/pdf":
+            return summary + "]"
+        if len(self.parts) >= MAX_RESULT_PARTS:
+            return summary + f"; not shown: over {MAX_RESULT_PARTS} images and documents]"
+        if self.total + size > MAX_PART_BYTES:
+            return summary + f"; not shown: over {MAX_PART_BYTES // (1 << 20)} MiB in all]"
+        try:
+            raw = binascii.a2b_base64(data)  # lenient about line breaks, as servers send them
+        except (binascii.Error, ValueError):
+            return summary + "; not shown: not valid base64]"
+        try:
+            part: ImagePart | DocumentPart
+            if is_image:
+                # Bytes that are plainly another image type go as that type (a mislabelled
+                # image would make the provider refuse the whole request).
+                part = ImagePart(data=raw, media_type=sniff_image(raw) or mime)
+            else:
+                part = DocumentPart(data=raw, title=_title(uri))
+        except pydantic.ValidationError as exc:
+            return summary + f"; not shown: {exc.errors()[0]['msg']}]"
+        media_base64(part)  # encoded for the wire here, in the worker thread for big results
+        self.parts.append(part)
+        self.total += len(raw)
+        return None
+
+
+def _title(uri: str | None) -> str | None:
+    """A document's title: the last segment of its URI."""
+    if not uri:
+        return None
+    name = uri.rstrip("/").rsplit("/", 1)[-1]
+    return name[:256] or None
 
 
 def _local_name(remote: str, prefix: str | None) -> str:

@@ -4,17 +4,36 @@ The real providers live in their own modules and import their SDKs only when use
 
     from fanloop.providers.anthropic import AnthropicProvider
     from fanloop.providers.openai import OpenAIProvider
+
+:class:`FallbackProvider` asks the next provider when one fails for good.
 """
 
+from typing import TYPE_CHECKING, Any
+
+from .._settings import ModelSettings
 from ..events import StreamDelta, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallStarted
 from ._resolve import from_env, resolve_provider
-from ._types import HostedTool, ModelRequest, ModelResponse, StopReason, ToolSpec, Usage
+from ._types import (
+    HostedTool,
+    ModelRequest,
+    ModelResponse,
+    OutputFormat,
+    StopReason,
+    ToolSpec,
+    Usage,
+)
 from .base import Provider, StreamingProvider
 
+if TYPE_CHECKING:
+    from .fallback import FallbackProvider
+
 __all__ = [
+    "FallbackProvider",
     "HostedTool",
     "ModelRequest",
     "ModelResponse",
+    "ModelSettings",
+    "OutputFormat",
     "Provider",
     "StopReason",
     "StreamDelta",
@@ -28,3 +47,11 @@ __all__ = [
     "from_env",
     "resolve_provider",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "FallbackProvider":  # imported on first use: it builds on the loop's modules
+        from .fallback import FallbackProvider
+
+        return FallbackProvider
+    raise AttributeError(name)

@@ -41,7 +41,7 @@ import zlib
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, ClassVar, Literal, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeAlias
 
 import anyio
 import anyio.lowlevel
@@ -66,6 +66,10 @@ from ..events import StreamDelta
 from ._sse import DEFAULT_MAX_FRAME_BYTES, SSEDecoder
 from ._types import ModelRequest, ModelResponse
 from ._wire import ResponseTooLarge, loads, short
+
+if TYPE_CHECKING:
+    from ..pacing import Pacer
+    from ..pacing._gate import PacedStream
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -542,12 +546,19 @@ class HTTPProvider:
         owns_client: bool,
         errors: SDKErrors,
         limits: WireLimits | None = None,
+        pacing: Pacer | None = None,
     ) -> None:
         self._client = client
         self._owns_client = owns_client
         self._errors = errors
         self._closed = False
         self.limits = limits or WireLimits()
+        if pacing is not None:
+            from ..pacing import Pacer
+
+            if not isinstance(pacing, Pacer):
+                raise ConfigurationError(f"pacing= takes a Pacing or RedisPacing, not {pacing!r}")
+        self.pacing = pacing
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -588,7 +599,12 @@ class HTTPProvider:
         raise NotImplementedError
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        """Answer ``request`` with one non-streamed call."""
+        """Answer ``request`` with one non-streamed call (behind ``pacing``, when set)."""
+        if self.pacing is not None:
+            return await self.pacing.complete(request, self._complete)
+        return await self._complete(request)
+
+    async def _complete(self, request: ModelRequest) -> ModelResponse:
         body = self._encode(request, stream=False)
         # Sent as a stream so that the body is read here, chunk by chunk, up to the cap.
         response = await self._post(body, stream=True)
@@ -653,14 +669,20 @@ class HTTPProvider:
             request_id=request_id,
         )
 
-    def stream(self, request: ModelRequest) -> ProviderStream:
+    def stream(self, request: ModelRequest) -> ProviderStream | PacedStream:
         """Stream the answer to ``request``.
 
         Use as ``async with provider.stream(request) as events:``; iterating ``events`` yields
         :data:`~fanloop.events.StreamDelta` events as they arrive, then the final
         :class:`~fanloop.providers.ModelResponse`. Keep-alive comments and ``ping`` events
-        yield nothing.
+        yield nothing. With ``pacing``, the request is sent once the pacing lets it through,
+        and each wait first yields a :class:`~fanloop.events.PacingWait`.
         """
+        if self.pacing is not None:
+            return self.pacing.stream(request, self._unpaced_stream)
+        return ProviderStream(self, request)
+
+    def _unpaced_stream(self, request: ModelRequest) -> ProviderStream:
         return ProviderStream(self, request)
 
     async def _post(self, body: bytes, *, stream: bool) -> httpx2.Response:

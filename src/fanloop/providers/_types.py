@@ -7,12 +7,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .._settings import ModelSettings
 from ..messages import Message, Origin, Part, TextPart, ThinkingPart, ToolCallPart, _build
 
 __all__ = [
     "HostedTool",
     "ModelRequest",
     "ModelResponse",
+    "ModelSettings",
+    "OutputFormat",
     "StopReason",
     "ToolSpec",
     "Usage",
@@ -96,8 +99,35 @@ class HostedTool(BaseModel):
         super().__init__(**data)
 
 
+class OutputFormat(BaseModel):
+    """The JSON schema a model's answer must follow (native structured output).
+
+    The loop puts one on a request when the agent's typed output goes through the provider's
+    native structured output; the answer is then the JSON value as text. The schema is the
+    plain one (pydantic's): each provider turns it into what its API accepts (e.g. OpenAI's
+    strict form).
+
+    Attributes:
+        name: a name for the schema (letters, digits, ``_`` and ``-``; at most 64).
+        json_schema: the JSON schema (of a JSON object).
+        strict: ``None`` (the default) asks for strict adherence where the schema allows it;
+            ``False`` never asks.
+    """
+
+    model_config = ConfigDict(frozen=True)
+    name: str = "output"
+    json_schema: dict[str, Any]
+    strict: bool | None = None
+
+
 class ModelRequest(BaseModel):
-    """Everything a provider needs for one model call."""
+    """Everything a provider needs for one model call.
+
+    ``max_tokens`` is the output budget to send (the loop's, clamped to the run's limits),
+    whatever ``settings.max_tokens`` says. ``temperature`` and ``stop_sequences`` are filled
+    from ``settings`` by the loop, for providers that read only them; ``settings`` carries the
+    rest (:class:`~fanloop.ModelSettings`), and ``output`` the schema of a native typed answer.
+    """
 
     model_config = ConfigDict(frozen=True)
     system: str | None = None
@@ -109,6 +139,8 @@ class ModelRequest(BaseModel):
     thinking_budget: int | None = None
     hosted_tools: tuple[HostedTool, ...] = ()
     extra: dict[str, Any] = Field(default_factory=dict)
+    settings: ModelSettings | None = None
+    output: OutputFormat | None = None
 
 
 class ModelResponse(BaseModel):

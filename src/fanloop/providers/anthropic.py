@@ -18,7 +18,7 @@ thinking and server-tool blocks are replayed byte for byte in the next request.
 from __future__ import annotations
 
 import os
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import anthropic
 import httpx2
@@ -27,12 +27,16 @@ from ..errors import ConfigurationError, ResponseInvalid, StreamIncomplete
 from ..events import StreamDelta, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallStarted
 from ..messages import (
     INVALID_ARGUMENTS_KEY,
+    DocumentPart,
+    ImagePart,
     Message,
     Origin,
     Part,
     TextPart,
     ThinkingPart,
     ToolCallPart,
+    ToolResultPart,
+    media_base64,
 )
 from ._http import (
     DEFAULT_MAX_BLOCKS,
@@ -43,6 +47,13 @@ from ._http import (
     WireLimits,
     default_pool,
     stream_error,
+)
+from ._options import (
+    ANTHROPIC_SETTINGS,
+    anthropic_accepts,
+    anthropic_fields,
+    anthropic_output_format,
+    settings_extra,
 )
 from ._types import HostedTool, ModelRequest, ModelResponse, StopReason, ToolSpec, Usage
 from ._wire import (
@@ -59,6 +70,9 @@ from ._wire import (
     short,
 )
 from ._wire import loads as _loads
+
+if TYPE_CHECKING:
+    from ..pacing import Pacer
 
 __all__ = ["AnthropicProvider"]
 
@@ -83,6 +97,15 @@ _MAY_BE_EMPTY = frozenset({StopReason.MAX_TOKENS, StopReason.REFUSAL, StopReason
 
 # Blocks whose input streams as input_json_delta; "tool_use" is the one fanloop runs.
 _INPUT_BLOCKS = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
+
+# Prompt caching: one breakpoint each on the system prompt, the last tool and the last block
+# of the conversation (three of the four the API allows).
+_EPHEMERAL: dict[str, str] = {"type": "ephemeral"}
+_MARK = ',"cache_control":{"type":"ephemeral"}'
+# Request blocks that may carry cache_control (besides non-empty text and *_tool_result).
+_CACHEABLE = frozenset(
+    {"image", "document", "tool_use", "tool_result", "server_tool_use", "search_result"}
+)
 _MAX_INDEX = 2**31 - 1
 
 
@@ -112,6 +135,12 @@ class AnthropicProvider(HTTPProvider):
         max_response_bytes: the largest response body, streamed or not (default 64 MiB).
         max_frame_bytes: the largest stream event (default 16 MiB).
         max_blocks: the most content blocks in one response (default 1024).
+        pacing: a :class:`~fanloop.pacing.Pacing` or :class:`~fanloop.pacing.RedisPacing`
+            budget every call waits for (see ``docs/pacing.md``).
+        prompt_caching: put cache breakpoints (``cache_control``) on the system prompt, the
+            last tool and the last block of the conversation, so each request reads the prefix
+            the previous one wrote from the prompt cache (default ``True``; see
+            ``docs/providers.md``).
 
     Everything the server sends is checked: a malformed or out-of-range value is
     :class:`~fanloop.errors.ResponseInvalid`, a response over a cap is a ``ResponseInvalid``
@@ -122,11 +151,23 @@ class AnthropicProvider(HTTPProvider):
         model: the model name.
         hosted_tools: the :class:`~fanloop.providers.HostedTool` kinds this provider can
             declare: ``web_search``, ``web_fetch`` and ``code_execution``.
+        native_output: ``True``: a typed answer goes out as ``output_config.format`` (a JSON
+            schema), when the schema can be said there (see :meth:`accepts_output_schema`).
+        supported_settings: every :class:`~fanloop.ModelSettings` field but ``seed``.
     """
 
     _path: ClassVar[str] = "/v1/messages"
     _api: ClassVar[str] = "messages"
     hosted_tools: frozenset[str] = frozenset(_HOSTED_TYPES)
+    native_output: bool = True
+    supported_settings: frozenset[str] = ANTHROPIC_SETTINGS
+
+    @staticmethod
+    def accepts_output_schema(schema: dict[str, Any]) -> bool:
+        """Whether ``output_config.format`` can express ``schema``: not when part of it is
+        free-form (a ``dict``, ``Any``, a tuple). The agent uses the ``final_result`` tool
+        for such an output type instead."""
+        return anthropic_accepts(schema)
 
     def __init__(
         self,
@@ -141,6 +182,8 @@ class AnthropicProvider(HTTPProvider):
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_blocks: int = DEFAULT_MAX_BLOCKS,
+        prompt_caching: bool = True,
+        pacing: Pacer | None = None,
     ) -> None:
         if not model:
             raise ConfigurationError("AnthropicProvider needs a model name")
@@ -172,16 +215,23 @@ class AnthropicProvider(HTTPProvider):
             )
         except (anthropic.AnthropicError, TypeError) as exc:
             raise ConfigurationError(f"cannot configure the Anthropic client: {exc}") from None
-        super().__init__(client, owns_client=owns_client, errors=_ERRORS, limits=limits)
+        super().__init__(
+            client, owns_client=owns_client, errors=_ERRORS, limits=limits, pacing=pacing
+        )
         self._messages: MessageCache[Message] = MessageCache(self._render_message)
         self._tools = ToolsCache()
+        self._caching = prompt_caching
 
     # -- encoding ---------------------------------------------------------------------------
 
     def _encode(self, request: ModelRequest, *, stream: bool) -> bytes:
         head: dict[str, Any] = {"model": self.model, "max_tokens": request.max_tokens}
         if request.system:
-            head["system"] = request.system
+            head["system"] = (
+                [{"type": "text", "text": request.system, "cache_control": _EPHEMERAL}]
+                if self._caching
+                else request.system
+            )
         if request.temperature is not None:
             head["temperature"] = request.temperature
         if request.stop_sequences:
@@ -190,10 +240,19 @@ class AnthropicProvider(HTTPProvider):
             head["thinking"] = {"type": "enabled", "budget_tokens": request.thinking_budget}
         if stream:
             head["stream"] = True
+        if request.settings is not None:
+            head.update(anthropic_fields(request, self.name))
         if self._extra_body:
             head.update(self._extra_body)
         if request.extra:
             head.update(request.extra)
+        if (extra := settings_extra(request)) is not None:
+            head.update(extra)
+        if request.output is not None:  # kept beside any other output_config option
+            config = head.get("output_config")
+            config = dict(config) if isinstance(config, dict) else {}
+            config["format"] = anthropic_output_format(request.output)
+            head["output_config"] = config
         if "messages" in head:
             raise ConfigurationError("'messages' cannot be set through extra fields")
         extra_tools = head.pop("tools", None)
@@ -202,7 +261,11 @@ class AnthropicProvider(HTTPProvider):
             tools = self._tools.get(
                 request.tools,
                 request.hosted_tools,
-                lambda: dumps(_tool_list(request.tools, request.hosted_tools, self.hosted_tools)),
+                lambda: dumps(
+                    _tool_list(
+                        request.tools, request.hosted_tools, self.hosted_tools, self._caching
+                    )
+                ),
             )
             if extra_tools:
                 tools = tools[:-1] + ("," if tools != "[]" else "") + dumps(extra_tools)[1:]
@@ -210,29 +273,39 @@ class AnthropicProvider(HTTPProvider):
             pieces.append(tools)
         pieces.append(',"messages":[')
         get = self._messages.get
-        pieces.append(",".join([get(m) for m in request.messages]))
+        for message in request.messages:
+            pieces.append(get(message))
+            pieces.append(",")
+        if request.messages:
+            pieces.pop()
+            if self._caching and _markable(request.messages[-1]):
+                # The conversation's breakpoint: spliced into the last message's cached JSON,
+                # so every message is still rendered once.
+                last = pieces.pop()
+                if last.endswith("}]}"):
+                    pieces += (last[:-3], _MARK, "}]}")
+                else:
+                    pieces.append(last)
         pieces.append("]}")
         return "".join(pieces).encode()
 
     def _render_message(self, message: Message) -> str:
-        origin = message.origin
-        if (
-            origin is not None
-            and message.role == "assistant"
-            and origin.api == "messages"
-            and origin.provider == "anthropic"
-            and isinstance(origin.raw, list)
-            and _parts(origin.raw) == message.content
-        ):
-            # The exact wire blocks (signatures, server-tool blocks, citations), unless the
-            # message was changed after it was received (e.g. paused turns joined).
-            return dumps({"role": "assistant", "content": origin.raw})
-        content: list[dict[str, Any]] = []
+        raw = _replayed(message)
+        if raw is not None:
+            return dumps({"role": "assistant", "content": raw})
+        # Blocks as dicts, or as pieces of JSON text for those carrying media (megabytes of
+        # base64 are joined in once, not run through the JSON encoder or copied per level).
+        content: list[dict[str, Any] | list[str]] = []
+        media = False
         for part in message.content:
             if part.kind == "text":
                 if part.text:
                     content.append({"type": "text", "text": part.text})
             elif part.kind == "tool_result":
+                if part.parts:
+                    content.append(_tool_result_pieces(part))
+                    media = True
+                    continue
                 block: dict[str, Any] = {
                     "type": "tool_result",
                     "tool_use_id": part.call_id,
@@ -241,6 +314,9 @@ class AnthropicProvider(HTTPProvider):
                 if part.is_error:
                     block["is_error"] = True
                 content.append(block)
+            elif part.kind == "image" or part.kind == "document":
+                content.append(_media_pieces(part))
+                media = True
             elif part.kind == "tool_call":
                 content.append(
                     {"type": "tool_use", "id": part.id, "name": part.name, "input": part.arguments}
@@ -253,7 +329,17 @@ class AnthropicProvider(HTTPProvider):
                         {"type": "thinking", "thinking": part.text, "signature": part.signature}
                     )
                 # Unsigned thinking (from another provider) cannot be sent back: dropped.
-        return dumps({"role": message.role, "content": content})
+        if not media:
+            return dumps({"role": message.role, "content": content})
+        out = ['{"role":', dumps(message.role), ',"content":[']
+        for item in content:
+            if isinstance(item, dict):
+                out.append(dumps(item))
+            else:
+                out += item
+            out.append(",")
+        out[-1] = "]}"
+        return "".join(out)
 
     # -- decoding ---------------------------------------------------------------------------
 
@@ -288,7 +374,10 @@ class AnthropicProvider(HTTPProvider):
 
 
 def _tool_list(
-    tools: tuple[ToolSpec, ...], hosted: tuple[HostedTool, ...], supported: frozenset[str]
+    tools: tuple[ToolSpec, ...],
+    hosted: tuple[HostedTool, ...],
+    supported: frozenset[str],
+    caching: bool = False,
 ) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for spec in tools:
@@ -304,7 +393,78 @@ def _tool_list(
                 f"supported: {', '.join(sorted(supported))}"
             )
         out.append({"type": _HOSTED_TYPES[tool.kind], "name": tool.kind, **tool.options})
+    if caching and out:
+        out[-1]["cache_control"] = _EPHEMERAL  # the whole tool list is one cached prefix
     return out
+
+
+def _media_pieces(part: ImagePart | DocumentPart) -> list[str]:
+    """An image or document block as pieces of JSON text: base64 data (which needs no JSON
+    escaping), or a URL the API fetches."""
+    out = ['{"type":"image","source":' if part.kind == "image" else '{"type":"document","source":']
+    if part.data is not None:
+        out += ('{"type":"base64","media_type":', dumps(part.media_type))
+        out += (',"data":"', media_base64(part), '"}')
+    else:
+        out.append(dumps({"type": "url", "url": part.url}))
+    if part.kind == "document" and part.title:
+        out += (',"title":', dumps(part.title))
+    out.append("}")
+    return out
+
+
+def _tool_result_pieces(part: ToolResultPart) -> list[str]:
+    """A tool result carrying media, as pieces of JSON text: its content is a list of a text
+    block (none when the text is empty: the API refuses empty text blocks) and the media."""
+    out = [dumps({"type": "tool_result", "tool_use_id": part.call_id})[:-1], ',"content":[']
+    if part.content:
+        out += (dumps({"type": "text", "text": part.content}), ",")
+    for media in part.parts:
+        out += _media_pieces(media)
+        out.append(",")
+    out[-1] = '],"is_error":true}' if part.is_error else "]}"
+    return out
+
+
+def _replayed(message: Message) -> list[Any] | None:
+    """The exact wire blocks of an assistant turn this API sent (signatures, server-tool
+    blocks, citations), unless the message was changed after it was received (e.g. paused
+    turns joined)."""
+    origin = message.origin
+    if (
+        origin is not None
+        and message.role == "assistant"
+        and origin.api == "messages"
+        and origin.provider == "anthropic"
+        and isinstance(origin.raw, list)
+        and _parts(origin.raw) == message.content
+    ):
+        return origin.raw
+    return None
+
+
+def _markable(message: Message) -> bool:
+    """Whether the last block :meth:`AnthropicProvider._render_message` writes for
+    ``message`` may carry ``cache_control``."""
+    raw = _replayed(message)
+    if raw is not None:
+        last = raw[-1] if raw else None
+        if type(last) is not dict:
+            return False
+        kind = last.get("type")
+        if kind == "text":
+            return bool(last.get("text"))
+        return kind in _CACHEABLE or (type(kind) is str and kind.endswith("_tool_result"))
+    for part in reversed(message.content):
+        if part.kind == "text":
+            if part.text:
+                return True
+        elif part.kind == "thinking":
+            if part.redacted is not None or part.signature:
+                return False  # a thinking block cannot be a breakpoint
+        else:
+            return True  # tool results, tool calls, images, documents
+    return False
 
 
 def _parts(blocks: list[Any]) -> tuple[Part, ...]:
@@ -352,6 +512,8 @@ def _clean_block(block: Any) -> dict[str, Any]:
     kind = block.get("type")
     if type(kind) is not str:
         raise Malformed("a content block has no type")
+    # Replayed as sent: a breakpoint the server slipped in would add to the request's four.
+    block.pop("cache_control", None)
     if kind == "text":
         block["text"] = read_str(block.get("text"), "text")
         citations = block.get("citations")
@@ -481,6 +643,7 @@ class _Block:
             }
         if kind in _INPUT_BLOCKS:
             block = dict(start)
+            block.pop("cache_control", None)  # see _clean_block
             if self.chunks:
                 block["input"] = parse_arguments("".join(self.chunks))
             elif type(block.get("input")) is not dict:

@@ -16,7 +16,7 @@ and decodes the SSE chunks itself, assembling tool-call fragments by their ``ind
 from __future__ import annotations
 
 import os
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import httpx2
 import openai
@@ -25,12 +25,15 @@ from ..errors import ConfigurationError, ResponseInvalid, StreamIncomplete
 from ..events import StreamDelta, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallStarted
 from ..messages import (
     INVALID_ARGUMENTS_KEY,
+    DocumentPart,
+    ImagePart,
     Message,
     Origin,
     Part,
     TextPart,
     ThinkingPart,
     ToolCallPart,
+    media_base64,
 )
 from ._http import (
     DEFAULT_MAX_BLOCKS,
@@ -42,6 +45,7 @@ from ._http import (
     default_pool,
     stream_error,
 )
+from ._options import OPENAI_SETTINGS, openai_fields, openai_response_format, settings_extra
 from ._types import ModelRequest, ModelResponse, StopReason, ToolSpec, Usage
 from ._wire import (
     Malformed,
@@ -58,6 +62,9 @@ from ._wire import (
     short,
 )
 from ._wire import loads as _loads
+
+if TYPE_CHECKING:
+    from ..pacing import Pacer
 
 __all__ = ["OpenAIProvider"]
 
@@ -102,6 +109,8 @@ class OpenAIProvider(HTTPProvider):
         max_response_bytes: the largest response body, streamed or not (default 64 MiB).
         max_frame_bytes: the largest stream event (default 16 MiB).
         max_blocks: the most tool calls in one response (default 1024).
+        pacing: a :class:`~fanloop.pacing.Pacing` or :class:`~fanloop.pacing.RedisPacing`
+            budget every call waits for (see ``docs/pacing.md``).
 
     Everything the server sends is checked: a malformed or out-of-range value is
     :class:`~fanloop.errors.ResponseInvalid`, a response over a cap is a ``ResponseInvalid``
@@ -112,11 +121,16 @@ class OpenAIProvider(HTTPProvider):
         name: ``"openai"`` unless set (``"openrouter"``, ``"vllm"``, ``"ollama"`` for presets).
         model: the model name.
         hosted_tools: empty: Chat Completions has no hosted tools.
+        native_output: ``True``: a typed answer goes out as ``response_format`` with a
+            ``json_schema`` (strict when the schema can be made strict).
+        supported_settings: every :class:`~fanloop.ModelSettings` field.
     """
 
     _path: ClassVar[str] = "/chat/completions"
     _api: ClassVar[str] = "chat.completions"
     hosted_tools: frozenset[str] = frozenset()
+    native_output: bool = True
+    supported_settings: frozenset[str] = OPENAI_SETTINGS
 
     def __init__(
         self,
@@ -134,6 +148,7 @@ class OpenAIProvider(HTTPProvider):
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_blocks: int = DEFAULT_MAX_BLOCKS,
+        pacing: Pacer | None = None,
     ) -> None:
         if not model:
             raise ConfigurationError("OpenAIProvider needs a model name")
@@ -165,7 +180,9 @@ class OpenAIProvider(HTTPProvider):
             )
         except (openai.OpenAIError, TypeError) as exc:
             raise ConfigurationError(f"cannot configure the OpenAI client: {exc}") from None
-        super().__init__(client, owns_client=owns_client, errors=_ERRORS, limits=limits)
+        super().__init__(
+            client, owns_client=owns_client, errors=_ERRORS, limits=limits, pacing=pacing
+        )
         self._messages: MessageCache[Message] = MessageCache(self._render_message)
         self._tools = ToolsCache()
 
@@ -238,10 +255,16 @@ class OpenAIProvider(HTTPProvider):
             head["temperature"] = request.temperature
         if request.stop_sequences:
             head["stop"] = list(request.stop_sequences)
+        if request.settings is not None:
+            head.update(openai_fields(request, self.name))
+        if request.output is not None:
+            head["response_format"] = openai_response_format(request.output)
         if self._extra_body:
             head.update(self._extra_body)
         if request.extra:
             head.update(request.extra)
+        if (extra := settings_extra(request)) is not None:
+            head.update(extra)
         if "messages" in head:
             raise ConfigurationError("'messages' cannot be set through extra fields")
         extra_tools = head.pop("tools", None)
@@ -253,15 +276,18 @@ class OpenAIProvider(HTTPProvider):
             pieces.append(',"tools":')
             pieces.append(tools)
         pieces.append(',"messages":[')
-        rendered: list[str] = []
+        comma = False
         if request.system:
-            rendered.append(dumps({"role": "system", "content": request.system}))
+            pieces.append(dumps({"role": "system", "content": request.system}))
+            comma = True
         get = self._messages.get
         for message in request.messages:
             text = get(message)
             if text:
-                rendered.append(text)
-        pieces.append(",".join(rendered))
+                if comma:
+                    pieces.append(",")
+                pieces.append(text)  # joined once with the rest: no copy per message
+                comma = True
         pieces.append("]}")
         return "".join(pieces).encode()
 
@@ -281,11 +307,25 @@ class OpenAIProvider(HTTPProvider):
             return _render_assistant(message)
         out: list[str] = []
         texts: list[str] = []
+        # Tool messages are text only: what tool results carry beside their text goes in the
+        # user message after them, introduced by the call's id; then the user's own media.
+        # Pieces of JSON text of content parts (base64 is joined in once, not encoded).
+        attached: list[str] = []
+        media: list[str] = []
+        has_media = False
         for part in message.content:
             if part.kind == "tool_result":
                 content = part.content
                 if part.is_error and not content.lower().startswith("error"):
                     content = f"Error: {content}"
+                if part.parts:
+                    n = len(part.parts)
+                    content += f"\n[{n} attachment{'s' if n > 1 else ''} in the next message]"
+                    note = f"Attachments from tool call {part.call_id}:"
+                    attached += (dumps({"type": "text", "text": note}), ",")
+                    for media_part in part.parts:
+                        attached += _media_pieces(media_part)
+                        attached.append(",")
                 out.append(
                     dumps(
                         {
@@ -297,6 +337,20 @@ class OpenAIProvider(HTTPProvider):
                 )
             elif part.kind == "text":
                 texts.append(part.text)
+                media += (dumps({"type": "text", "text": part.text}), ",")
+            elif part.kind == "image" or part.kind == "document":
+                media += _media_pieces(part)
+                media.append(",")
+                has_media = True
+        if attached or has_media:  # a list of content parts, all joined once
+            pieces: list[str] = []
+            for wire in out:
+                pieces += (wire, ",")
+            pieces.append('{"role":"user","content":[')
+            pieces += attached
+            pieces += media
+            pieces[-1] = "]}"  # the last part's trailing comma
+            return "".join(pieces)
         if texts:
             content_value: Any = (
                 texts[0] if len(texts) == 1 else [{"type": "text", "text": t} for t in texts]
@@ -357,6 +411,26 @@ def _tool_list(tools: tuple[ToolSpec, ...]) -> list[dict[str, Any]]:
         function["parameters"] = spec.parameters
         out.append({"type": "function", "function": function})
     return out
+
+
+def _media_pieces(part: ImagePart | DocumentPart) -> list[str]:
+    """An ``image_url`` part (a data: URL or the image's URL) or a ``file`` part (PDF data),
+    as pieces of JSON text (the base64 needs no escaping)."""
+    if part.kind == "image":
+        if part.data is None:
+            return [dumps({"type": "image_url", "image_url": {"url": part.url}})]
+        head = dumps({"type": "image_url", "image_url": {"url": f"data:{part.media_type}"}})
+        return [head[:-3], ";base64,", media_base64(part), '"}}']
+    if part.data is None:
+        raise ConfigurationError(
+            "Chat Completions takes PDF documents as data only, not by URL: download the "
+            "document and pass DocumentPart(data=...)"
+        )
+    name = part.title or "document"
+    if not name.lower().endswith(".pdf"):
+        name += ".pdf"
+    head = dumps({"type": "file", "file": {"filename": name, "file_data": "data:"}})
+    return [head[:-3], "application/pdf;base64,", media_base64(part), '"}}']
 
 
 def _raw_matches(raw: dict[str, Any], message: Message) -> bool:

@@ -4,20 +4,33 @@
 - :class:`FakeLLMServer` is a real HTTP server on 127.0.0.1 that speaks the Anthropic Messages
   and OpenAI Chat Completions wire formats, for testing the real SDK code paths.
 - :func:`reply`, :func:`call` and :class:`Fault` build scripted turns and injected failures.
+- :class:`ToolSweepProvider` calls every tool once with schema-valid arguments, then answers;
+  :func:`example_value` makes such a value for any JSON schema.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._examples import example_value
 from ._faults import Hostile
 from ._script import Fault, call, reply
 from ._scripted import ScriptedProvider
+from ._sweep import ToolSweepProvider
 
 if TYPE_CHECKING:
     from ._server import FakeLLMServer
 
-__all__ = ["FakeLLMServer", "Fault", "Hostile", "ScriptedProvider", "call", "reply"]
+__all__ = [
+    "FakeLLMServer",
+    "Fault",
+    "Hostile",
+    "ScriptedProvider",
+    "ToolSweepProvider",
+    "call",
+    "example_value",
+    "reply",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -14,11 +14,16 @@ body that runs forever (:meth:`Hostile.keepalive`) stops when the client goes aw
 from __future__ import annotations
 
 import asyncio
+import bisect
 import json
+import math
 import random
+import threading
+import time
 import zlib
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..providers._types import ModelResponse
@@ -27,7 +32,7 @@ from ._script import reply
 if TYPE_CHECKING:
     from ._server import FakeLLMServer
 
-__all__ = ["Hostile"]
+__all__ = ["Hostile", "RateLimit", "RateLimitLog"]
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
@@ -48,6 +53,93 @@ _USAGE_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
 }
 _WRITE = 64 * 1024  # batch small frames into writes of about this size
 _UNSET: Any = object()
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    """A rate limit for :class:`~fanloop.testing.FakeLLMServer` (``rate_limit=``): at most
+    ``requests`` requests in any ``per`` seconds (a sliding window); a request over it is
+    answered 429 ``rate_limit_error`` and does not count. Requests to either API count.
+
+    Attributes:
+        requests: requests allowed per window.
+        per: the window, in seconds.
+        retry_after: the ``retry-after`` (seconds) every 429 carries; ``None``: the time until
+            a request would be accepted, as ``retry-after-ms`` (and ``retry-after``, rounded
+            up to whole seconds).
+    """
+
+    requests: int
+    per: float = 1.0
+    retry_after: float | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.requests, bool) or not isinstance(self.requests, int):
+            raise ValueError("RateLimit.requests must be a whole number")
+        if self.requests < 1 or not self.per > 0:
+            raise ValueError("RateLimit needs requests >= 1 and per > 0")
+        if self.retry_after is not None and not self.retry_after >= 0:
+            raise ValueError("RateLimit.retry_after must be >= 0")
+
+
+@dataclass(slots=True)
+class RateLimitLog:
+    """What a rate-limited :class:`~fanloop.testing.FakeLLMServer` saw
+    (``server.rate_log``); times are the server's ``time.monotonic()`` at arrival.
+
+    Attributes:
+        limit: the :class:`RateLimit`.
+        accepted: arrival times of the requests it let through.
+        rejected: arrival times of the requests it answered 429.
+    """
+
+    limit: RateLimit
+    accepted: list[float] = field(default_factory=list)
+    rejected: list[float] = field(default_factory=list)
+    _window: deque[float] = field(default_factory=deque)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def admit(self, now: float | None = None) -> float | None:
+        """Count a request arriving ``now``: ``None`` if it is let through, else the seconds
+        until one would be."""
+        now = time.monotonic() if now is None else now
+        limit = self.limit
+        with self._lock:
+            window = self._window
+            while window and window[0] <= now - limit.per:
+                window.popleft()
+            if len(window) >= limit.requests:
+                self.rejected.append(now)
+                return window[0] + limit.per - now
+            window.append(now)
+            self.accepted.append(now)
+            return None
+
+    @property
+    def arrivals(self) -> list[float]:
+        """Every request's arrival time, accepted or not, in order."""
+        with self._lock:
+            return sorted(self.accepted + self.rejected)
+
+    def max_in_window(self, per: float | None = None, *, accepted_only: bool = False) -> int:
+        """The most requests that arrived within any ``per`` seconds (default: the limit's
+        window); all arrivals, or only the accepted ones."""
+        per = self.limit.per if per is None else per
+        with self._lock:
+            times = list(self.accepted) if accepted_only else self.accepted + self.rejected
+        times.sort()
+        best = 0
+        for i, t in enumerate(times):
+            j = bisect.bisect_left(times, t + per, lo=i)  # [t, t + per)
+            best = max(best, j - i)
+        return best
+
+    def retry_headers(self, wait: float) -> tuple[float | None, float | None]:
+        """The ``(retry-after, retry-after-ms)`` values of a 429 after a wait of ``wait``."""
+        if self.limit.retry_after is not None:
+            return self.limit.retry_after, None
+        wait = max(wait, 0.0)
+        return float(math.ceil(wait)), math.ceil(wait * 1000)
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,11 @@ class ScriptedProvider:
     sleeping ``delay`` seconds between them (and ``first_delay`` before the first); with
     ``stream=False`` the provider has only ``complete()``.
 
+    ``native_output=True`` makes it a provider with native structured output (a typed answer
+    is then scripted as its JSON text; ``request.output`` holds the schema), and
+    ``supported_settings`` declares which :class:`~fanloop.ModelSettings` fields it honours
+    (default: it takes them all, as a custom provider does).
+
     Example:
         >>> from fanloop.testing import reply, call
         >>> provider = ScriptedProvider([reply(tool_calls=[call("add", a=1, b=2)]), "3"])
@@ -53,6 +58,8 @@ class ScriptedProvider:
         stream: bool = True,
         hosted_tools: frozenset[str] = frozenset(),
         record: bool = True,
+        native_output: bool = False,
+        supported_settings: Iterable[str] | None = None,
     ) -> None:
         self.name = name
         self.model = model
@@ -60,6 +67,9 @@ class ScriptedProvider:
         self.delay = delay
         self.first_delay = first_delay
         self.hosted_tools = hosted_tools
+        self.native_output = native_output
+        if supported_settings is not None:
+            self.supported_settings = frozenset(supported_settings)
         self.requests: list[ModelRequest] = []
         self._record = record
         if callable(script) and not isinstance(script, type):

@@ -31,7 +31,7 @@ from typing import Any, Literal, TypeAlias
 
 from ..messages import INVALID_ARGUMENTS_KEY, TextPart, ThinkingPart, ToolCallPart
 from ..providers._types import ModelResponse, StopReason, Usage
-from ._faults import Hostile, play
+from ._faults import Hostile, RateLimit, RateLimitLog, play
 from ._script import Fault, reply
 
 __all__ = ["FakeLLMServer", "RecordedRequest", "ServerTurn"]
@@ -143,6 +143,21 @@ class RecordedRequest:
         messages = self.body.get("messages") if isinstance(self.body, dict) else None
         return messages if isinstance(messages, list) else []
 
+    @property
+    def output_schema(self) -> dict[str, Any] | None:
+        """The JSON schema the client asked the answer to follow, if it asked: OpenAI's
+        ``response_format.json_schema.schema`` or Anthropic's ``output_config.format.schema``.
+        (The server does not enforce it: a scripted answer is sent as scripted.)"""
+        body = self.body if isinstance(self.body, dict) else {}
+        holder = body.get("response_format")
+        if isinstance(holder, dict):
+            holder = holder.get("json_schema")
+        else:
+            holder = body.get("output_config")
+            holder = holder.get("format") if isinstance(holder, dict) else None
+        schema = holder.get("schema") if isinstance(holder, dict) else None
+        return schema if isinstance(schema, dict) else None
+
 
 @dataclass(slots=True)
 class _Frames:
@@ -200,6 +215,9 @@ class FakeLLMServer:
         chars_per_delta: characters of text, thinking or tool arguments per streamed delta.
         delta_delay: seconds between streamed frames (0: the whole stream in one write).
         api_key: when set, any other key is answered with 401.
+        rate_limit: a :class:`~fanloop.testing._faults.RateLimit`: at most ``requests``
+            requests per ``per`` seconds, the rest answered 429 with a ``Retry-After``;
+            :attr:`rate_log` keeps what it saw.
         record: keep every request in :attr:`requests`.
         host: the interface to bind.
         port: the port (0: an ephemeral one).
@@ -220,11 +238,13 @@ class FakeLLMServer:
         chars_per_delta: int = 12,
         delta_delay: float = 0.0,
         api_key: str | None = None,
+        rate_limit: RateLimit | None = None,
         record: bool = True,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
         self.responder = responder
+        self.rate_log = None if rate_limit is None else RateLimitLog(rate_limit)
         self.latency = latency
         self.chars_per_delta = max(1, chars_per_delta)
         self.delta_delay = delta_delay
@@ -471,6 +491,21 @@ class FakeLLMServer:
             key = auth[7:] if auth.lower().startswith("bearer ") else headers.get("x-api-key")
             if key != self.api_key:
                 await self._send_error(writer, api, 401, None, "invalid x-api-key", request_id)
+                return True
+        if self.rate_log is not None:
+            wait = self.rate_log.admit()
+            if wait is not None:
+                retry_after, retry_after_ms = self.rate_log.retry_headers(wait)
+                await self._send_error(
+                    writer,
+                    api,
+                    429,
+                    None,
+                    "rate limit exceeded (FakeLLMServer rate_limit)",
+                    request_id,
+                    retry_after=retry_after,
+                    retry_after_ms=retry_after_ms,
+                )
                 return True
         turn = await self._next_turn(api, body)
         if turn is None:

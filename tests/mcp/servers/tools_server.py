@@ -2,7 +2,8 @@
 
 Tools: ``add``, ``echo``, ``lookup`` (read-only), ``fail`` (raises ToolError), ``hang`` (never
 returns), ``crash`` (kills its own process), ``pid`` (read-only), ``picture`` (image content),
-``shout`` (structured output only).
+``shout`` (structured output only), ``report`` (an embedded PDF resource), ``mislabeled``
+(JPEG bytes labelled image/png).
 
 Over HTTP the server binds 127.0.0.1 on an ephemeral port, starts listening, and only then
 prints ``PORT <n>`` on stdout, so the test can connect as soon as it reads that line.
@@ -19,7 +20,14 @@ import sys
 import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import CallToolResult, ImageContent, TextContent, ToolAnnotations
+from mcp_types import (
+    BlobResourceContents,
+    CallToolResult,
+    EmbeddedResource,
+    ImageContent,
+    TextContent,
+    ToolAnnotations,
+)
 
 server = MCPServer("fanloop-test-tools", version="0.0.1")
 
@@ -78,6 +86,25 @@ def picture() -> CallToolResult:
             ImageContent(type="image", data=data, mime_type="image/png"),
         ]
     )
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def report() -> CallToolResult:
+    """Return a one-page PDF as an embedded resource."""
+    pdf = b"%PDF-1.4\n1 0 obj<</Type/Catalog>>endobj\ntrailer<</Root 1 0 R>>\n%%EOF\n"
+    blob = BlobResourceContents(
+        uri="file:///reports/q3.pdf",
+        mime_type="application/pdf",
+        blob=base64.b64encode(pdf).decode(),
+    )
+    return CallToolResult(content=[EmbeddedResource(type="resource", resource=blob)])
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def mislabeled() -> CallToolResult:
+    """Claim a PNG, send JPEG bytes (fanloop sends them as JPEG)."""
+    data = base64.b64encode(b"\xff\xd8\xff\xe0 not a png").decode()
+    return CallToolResult(content=[ImageContent(type="image", data=data, mime_type="image/png")])
 
 
 @server.tool(structured_output=True)
