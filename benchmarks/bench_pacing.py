@@ -143,7 +143,7 @@ async def worker(config: dict[str, Any]) -> None:
 
 def load(workers: int, runs: int, pacing: bool) -> Row | None:
     """The rate-limited load, paced or not: a row of what the server saw."""
-    from fanloop.testing._faults import RateLimit
+    from fanloop.testing import RateLimit
 
     limit = RateLimit(LIMIT, per=1.0, retry_after=1.0)
     key = f"bench-{uuid.uuid4().hex[:8]}" if pacing else None

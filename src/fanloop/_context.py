@@ -97,8 +97,13 @@ async def compact(run: RunState) -> bool:
     older = messages[:cut]
     last = older[-1]
     ask = Message(role="user", content=(*last.content, TextPart(text=SUMMARY_PROMPT)))
+    # A plain-text summary: no typed-output schema and no forced tool choice for this call.
     request = run.request([], min(run.agent.max_tokens, 4096)).model_copy(
-        update={"messages": (*older[:-1], ask)}
+        update={
+            "messages": (*older[:-1], ask),
+            "output": None,
+            "settings": run.settings.model_copy(update={"tool_choice": None}),
+        }
     )
     budget = run.budget
     reserved = None

@@ -102,6 +102,11 @@ class IdleWatch:
         self._handle.cancel()
 
 
+# Stream items that are news about the call, not part of the answer: a retry after them has
+# no partial output to discard.
+_NOT_OUTPUT = frozenset({"pacing_wait", "pacing_unavailable", "provider_fallback"})
+
+
 def _on_asyncio() -> bool:
     try:
         asyncio.get_running_loop()
@@ -134,7 +139,8 @@ def make_invoker(provider: Any, idle_timeout: float | None = None) -> Invoker:
                     if isinstance(item, ModelResponse):
                         response = item
                     else:
-                        progress.emitted = True
+                        if item.kind not in _NOT_OUTPUT:
+                            progress.emitted = True
                         if emit is not None:
                             if watch is None:
                                 await emit(item)

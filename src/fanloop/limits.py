@@ -198,6 +198,11 @@ def _count_tool(spec: ToolSpec) -> int:
     )
 
 
+def _count_output(output: Any) -> int:
+    """A native structured-output schema costs input like the tool it replaces."""
+    return TOOL_OVERHEAD + _value_tokens(output.json_schema)
+
+
 _T = TypeVar("_T")
 _MEMO: dict[int, tuple[weakref.ref[Any], int]] = {}
 
@@ -286,6 +291,7 @@ def estimate_input(
         + text_tokens(request.system or "")
         + sum(_memo(t, _count_tool) for t in request.tools)
         + HOSTED_TOOL_TOKENS * len(request.hosted_tools)
+        + (_memo(request.output, _count_output) if request.output is not None else 0)
         + _messages_tokens(messages)
     )
     tokens = math.ceil(measured * scale) if scale > 1.0 else measured

@@ -286,7 +286,7 @@ async def test_pacing_waits_show_in_the_chat_span() -> None:
 def test_fake_server_rate_limit_answers_429_past_the_window() -> None:
     import httpx2
 
-    from fanloop.testing._faults import RateLimit
+    from fanloop.testing import RateLimit
 
     with FakeLLMServer(responder=lambda body: "ok", rate_limit=RateLimit(3, per=30.0)) as server:
         url = f"{server.openai_base_url}/chat/completions"

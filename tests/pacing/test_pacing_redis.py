@@ -20,7 +20,7 @@ from fanloop.events import PacingUnavailable, PacingWait
 from fanloop.pacing import PacingUnreachable, RedisPacing, paced
 from fanloop.providers import ModelRequest
 from fanloop.testing import FakeLLMServer, Fault, ScriptedProvider
-from fanloop.testing._faults import RateLimit
+from fanloop.testing import RateLimit
 
 
 async def stream_run(agent: Agent[Any, Any], prompt: str = "hi") -> tuple[Any, list[Any]]:

@@ -56,8 +56,9 @@ def dump_prompt(prompt: Any) -> dict[str, Any] | None:
         return {"text": prompt}
     if isinstance(prompt, Message):
         return {"message": prompt.model_dump(mode="json")}
-    message = Message(role="user", content=tuple(prompt))
-    return {"message": message.model_dump(mode="json")}
+    from .._agent import _user_message
+
+    return {"message": _user_message(prompt).model_dump(mode="json")}
 
 
 def load_prompt(data: dict[str, Any] | None) -> str | Message | None:

@@ -78,6 +78,14 @@ class DurableProvider:
         self.model = str(getattr(inner, "model", ""))
         self.hosted_tools: frozenset[str] = getattr(inner, "hosted_tools", frozenset())
         self.native_output = bool(getattr(inner, "native_output", False))
+        # What the inner provider can honour decides the agent's choices (native output for a
+        # schema, which settings it refuses): pass its judgements through unchanged.
+        accepts = getattr(inner, "accepts_output_schema", None)
+        if callable(accepts):
+            self.accepts_output_schema = accepts
+        supported = getattr(inner, "supported_settings", None)
+        if supported is not None:
+            self.supported_settings = supported
         self._invoke = make_invoker(inner)
 
     def stream(self, request: ModelRequest) -> _StepStream:
@@ -97,6 +105,14 @@ class DurableProvider:
         except Exception as exc:
             return {"error": error_to_dict(_as_provider_error(exc, self.name))}
         return {"response": response.model_dump(mode="json")}
+
+
+def _load_part(data: dict[str, Any]) -> Any:
+    """An image or document part of a tool result, from its checkpointed JSON."""
+    from ..messages import DocumentPart, ImagePart
+
+    kind = DocumentPart if data.get("kind") == "document" else ImagePart
+    return kind.model_validate(data)
 
 
 def _response(out: dict[str, Any]) -> ModelResponse:
@@ -223,7 +239,8 @@ class DurableTool(Tool):
         finally:
             if mine is not None:
                 mine.set()
-        return ToolResult(str(out["content"]), is_error=bool(out["is_error"]))
+        parts = tuple(_load_part(p) for p in out.get("parts") or ())
+        return ToolResult(str(out["content"]), is_error=bool(out["is_error"]), parts=parts)
 
     async def _body(self, before: anyio.Event | None, kwargs: dict[str, Any]) -> dict[str, Any]:
         if before is not None:
@@ -234,7 +251,8 @@ class DurableTool(Tool):
                 await stack.enter_async_context(limiter)
             result = await self._call(kwargs)
         content = cut(result.content, self._agent.max_tool_result_chars)
-        return {"content": content, "is_error": result.is_error}
+        parts = [p.model_dump(mode="json") for p in result.parts]
+        return {"content": content, "is_error": result.is_error, "parts": parts}
 
     async def _call(self, kwargs: dict[str, Any]) -> ToolResult:
         """The tool's result as the loop would make it: errors and timeouts become results."""

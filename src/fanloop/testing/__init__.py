@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._examples import example_value
-from ._faults import Hostile
+from ._faults import Hostile, RateLimit, RateLimitLog
 from ._script import Fault, call, reply
 from ._scripted import ScriptedProvider
 from ._sweep import ToolSweepProvider
@@ -25,6 +25,8 @@ __all__ = [
     "FakeLLMServer",
     "Fault",
     "Hostile",
+    "RateLimit",
+    "RateLimitLog",
     "ScriptedProvider",
     "ToolSweepProvider",
     "call",
