@@ -19,8 +19,7 @@ from fanloop import Agent, RetryPolicy, TerminationReason
 from fanloop.events import PacingUnavailable, PacingWait
 from fanloop.pacing import PacingUnreachable, RedisPacing, paced
 from fanloop.providers import ModelRequest
-from fanloop.testing import FakeLLMServer, Fault, ScriptedProvider
-from fanloop.testing import RateLimit
+from fanloop.testing import FakeLLMServer, Fault, RateLimit, ScriptedProvider
 
 
 async def stream_run(agent: Agent[Any, Any], prompt: str = "hi") -> tuple[Any, list[Any]]:
