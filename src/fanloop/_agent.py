@@ -102,7 +102,9 @@ class Agent(Generic[DepsT, OutputT]):
         max_concurrency: cap on this agent's tool calls running at once, across its runs.
         tool_concurrency: caps per tool name, e.g. ``{"bash": 2}``.
         concurrency_limits: named keyed caps, e.g. ``{"db": 1}``, shared by every tool whose
-            ``concurrency_key`` names them, across runs and sub-agents.
+            ``concurrency_key`` names them, across runs, sub-agents and every other agent of
+            the process (one limiter per key per event loop). Two live agents giving one key
+            different limits is a ``ConfigurationError``.
         tool_threads: worker threads for synchronous tools.
         context_window: the model's context window (defaults to the model table's).
         compact_threshold: share of the context window past which older history is compacted.
