@@ -409,3 +409,26 @@ async def test_delegated_subagents_reuse_the_parents_own_read_only_tools(tmp_pat
     delegate = agent.tools["delegate"]
     children = delegate._tools_for_children(agent)  # type: ignore[attr-defined]
     assert {id(t) for t in children} == {id(t) for t in tools}
+
+
+async def test_a_replaying_engine_can_make_the_loops_ids_deterministic() -> None:
+    from fanloop._ids import counter_source, id_source
+
+    def script() -> ScriptedProvider:
+        return ScriptedProvider(
+            [reply(tool_calls=[ToolCallPart(id="", name="echo", arguments={"text": "a"})]), "ok"]
+        )
+
+    @tool
+    def echo(text: str) -> str:
+        """Echo."""
+        return text
+
+    seen = []
+    for _ in range(2):
+        with id_source(counter_source("workflow-7")):
+            result = await Agent(script(), tools=[echo]).run("go")
+        seen.append((result.run_id, result.messages[1].tool_calls[0].id))
+    assert seen[0] == seen[1]
+    other = await Agent(script(), tools=[echo]).run("go")
+    assert (other.run_id, other.messages[1].tool_calls[0].id) != seen[0]

@@ -10,9 +10,9 @@ receipt of its session is replaced with a fresh one.
 
 from __future__ import annotations
 
-import uuid
 from typing import TYPE_CHECKING
 
+from ._ids import new_id
 from .messages import ToolCallPart
 from .providers._types import ModelResponse
 
@@ -26,8 +26,9 @@ MAX_CALL_ID = 128
 
 
 def fresh_call_id() -> str:
-    """A new tool-call id, unique across turns, runs and processes."""
-    return f"call_{uuid.uuid4().hex[:24]}"
+    """A new tool-call id, unique across turns, runs and processes (or from the id source a
+    replaying engine installed, see :mod:`fanloop._ids`)."""
+    return new_id("call")
 
 
 async def distinct_call_ids(run: RunState, response: ModelResponse) -> ModelResponse:

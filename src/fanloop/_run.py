@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import time
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from ._dispatch import Emitter
+from ._ids import new_id
 from ._result import RunResult, TerminationReason
 from .catalog import cost_of
 from .events import BudgetWarning, ContextUsage, MessageAppended, ResponseCompleted, UsageUpdated
@@ -86,7 +86,7 @@ class RunState:
         self.deps = deps
         self.depth = depth
         self.parent = parent
-        self.run_id = uuid.uuid4().hex[:16]
+        self.run_id = new_id("run")
         self.system = agent.system_for_run()
         self.started = time.monotonic()
         self.turns = 0

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .._delegate import AgentTool, DelegateTool
+from .._ids import counter_source, id_source
 from .._output import FINAL_TOOL
 from ..errors import ConfigurationError, ProviderError
 from ..limits import Limits
@@ -108,7 +109,9 @@ class Level:
         async with anyio.create_task_group() as tg:
             await tg.start(sink.pump)
             try:
-                output = await _run(agent, prompt, messages, self.output_adapter)
+                # Ids the loop makes (the run's, invented call ids) are the same on a replay.
+                with id_source(counter_source(dbos().workflow_id or "")):
+                    output = await _run(agent, prompt, messages, self.output_adapter)
             except BaseException as exc:
                 failure = interrupted_cause(exc)
                 if failure is None:
