@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._log import logger
-from .events import CompactionFinished, CompactionStarted
+from .events import CompactionFinished, CompactionStarted, ContextCritical
 from .limits import media_tokens
 from .messages import (
     DocumentPart,
@@ -67,8 +67,11 @@ async def check_context(run: RunState) -> None:
     if not window:
         return
     used = estimate_tokens(run)
-    if used >= window * run.agent.compact_threshold:
+    threshold = run.agent.compact_threshold
+    if used >= window * threshold:
         logger.info("context_threshold_crossed", used=used, window=window)
+        if run.emitter.wants("context_critical"):
+            await run.emitter.emit(ContextCritical(used, window, threshold))
         await compact(run)
 
 

@@ -43,10 +43,12 @@ async def run_loop(run: RunState) -> RunResult:
         turn = await distinct_call_ids(run, turn)
         if turn.content:
             await run.append(turn.to_message())
-        if (ending := await final_answer(run, turn)) is not None:
-            return run.result(ending.reason, text=ending.text, detail=ending.detail)
-        if turn.tool_calls:
+        ending = await final_answer(run, turn)
+        if ending is None and turn.tool_calls:
             await run_tools(run, turn.tool_calls)
+        await run.turn_completed(len(turn.tool_calls))
+        if ending is not None:
+            return run.result(ending.reason, text=ending.text, detail=ending.detail)
 
 
 def round_entry_guards(run: RunState) -> Ending | None:

@@ -238,8 +238,10 @@ async def call_model(run: RunState, request: ModelRequest) -> ModelResponse:
     attempt = 0
     while True:
         attempt += 1
+        run.step += 1
+        step = run.step
         if emitter.wants("request_started"):
-            await emit(RequestStarted(request, run.turns, attempt))
+            await emit(RequestStarted(request, run.turns, attempt, step))
         progress = Progress()
         try:
             response = await agent.invoke(request, deltas, progress)
@@ -254,13 +256,19 @@ async def call_model(run: RunState, request: ModelRequest) -> ModelResponse:
         if not policy.should_retry(error, attempt):
             error.attempts = attempt
             logger.warning(
-                "model_call_failed", error=type(error).__name__, attempt=attempt, message=str(error)
+                "model_call_failed",
+                error=type(error).__name__,
+                attempt=attempt,
+                step=step,
+                message=str(error),
             )
-            await emit(ModelFailed(error, attempt))
+            await emit(ModelFailed(error, attempt, step))
             raise error
         delay = policy.delay(attempt, error)
-        logger.info("model_call_retry", error=type(error).__name__, attempt=attempt, delay=delay)
-        await emit(RetryScheduled(attempt, delay, error, progress.emitted))
+        logger.info(
+            "model_call_retry", error=type(error).__name__, attempt=attempt, step=step, delay=delay
+        )
+        await emit(RetryScheduled(attempt, delay, error, progress.emitted, step))
         await anyio.sleep(delay)
 
 

@@ -9,7 +9,14 @@ from ._dispatch import Emitter
 from ._ids import new_id
 from ._result import RunResult, TerminationReason
 from .catalog import cost_of
-from .events import BudgetWarning, ContextUsage, MessageAppended, ResponseCompleted, UsageUpdated
+from .events import (
+    BudgetWarning,
+    ContextUsage,
+    MessageAppended,
+    ResponseCompleted,
+    TurnCompleted,
+    UsageUpdated,
+)
 from .limits import Budget, Reservation, StallDetector, clean_usage
 from .messages import Message, Origin, Part, TextPart, _build
 from .providers._types import ModelRequest, ModelResponse, Usage
@@ -58,6 +65,7 @@ class RunState:
         "settings",
         "stall",
         "started",
+        "step",
         "system",
         "tool_calls",
         "turns",
@@ -90,6 +98,7 @@ class RunState:
         self.system = agent.system_for_run()
         self.started = time.monotonic()
         self.turns = 0
+        self.step = 0  # model requests sent, retries included (see RequestStarted)
         self.tool_calls = 0
         self.usage = Usage()
         self.stall = StallDetector(agent.limits.stall_threshold)
@@ -172,12 +181,17 @@ class RunState:
         emitter = self.emitter
         turn = self.turns
         if emitter.wants("response_completed"):
-            await emitter.emit(ResponseCompleted(response, turn))
+            await emitter.emit(ResponseCompleted(response, turn, self.step))
         if emitter.wants("usage_updated"):
             await emitter.emit(UsageUpdated(usage, self.usage, self.elapsed))
         if emitter.wants("context_usage"):
             await emitter.emit(ContextUsage(self.context_tokens, self.agent.context_window))
         await self.warn()
+
+    async def turn_completed(self, tool_calls: int) -> None:
+        """Announce the end of a round."""
+        if self.emitter.wants("turn_completed"):
+            await self.emitter.emit(TurnCompleted(self.turns, tool_calls, self.elapsed))
 
     async def warn(self) -> None:
         """Announce limits that crossed their warning share."""

@@ -32,6 +32,7 @@ __all__ = [
     "BudgetWarning",
     "CompactionFinished",
     "CompactionStarted",
+    "ContextCritical",
     "ContextUsage",
     "Event",
     "MessageAppended",
@@ -54,6 +55,7 @@ __all__ = [
     "ToolCallStarted",
     "ToolFinished",
     "ToolStarted",
+    "TurnCompleted",
     "UsageUpdated",
 ]
 
@@ -169,12 +171,18 @@ class RunFinished(_Event):
 
 @dataclass(slots=True)
 class RequestStarted(_Event):
-    """A model request is about to be sent (``attempt`` counts from 1)."""
+    """A model request is about to be sent (``attempt`` counts from 1).
+
+    ``step`` numbers every model request of the run, retries included, from 1: the same step
+    is on the request's other events (response, retry, failure), its log lines and its span,
+    so one sampling step can be traced end to end.
+    """
 
     kind: ClassVar[Literal["request_started"]] = "request_started"
     request: ModelRequest
     turn: int
     attempt: int = 1
+    step: int = 0
 
 
 @dataclass(slots=True)
@@ -184,6 +192,7 @@ class ResponseCompleted(_Event):
     kind: ClassVar[Literal["response_completed"]] = "response_completed"
     response: ModelResponse
     turn: int
+    step: int = 0
 
 
 @dataclass(slots=True)
@@ -199,6 +208,7 @@ class RetryScheduled(_Event):
     delay: float
     error: Exception
     discard_partial: bool = False
+    step: int = 0
 
 
 @dataclass(slots=True)
@@ -208,6 +218,7 @@ class ModelFailed(_Event):
     kind: ClassVar[Literal["model_failed"]] = "model_failed"
     error: Exception
     attempts: int
+    step: int = 0
 
 
 @dataclass(slots=True)
@@ -242,6 +253,28 @@ class ContextUsage(_Event):
     kind: ClassVar[Literal["context_usage"]] = "context_usage"
     used: int
     limit: int
+
+
+@dataclass(slots=True)
+class ContextCritical(_Event):
+    """The conversation crossed the share of the context window (``threshold``) past which
+    older history is compacted; sent before the compaction starts."""
+
+    kind: ClassVar[Literal["context_critical"]] = "context_critical"
+    used: int
+    limit: int
+    threshold: float
+
+
+@dataclass(slots=True)
+class TurnCompleted(_Event):
+    """A round of the loop ended: the model answered and its tool calls (``tool_calls`` of
+    them) have their results in the transcript."""
+
+    kind: ClassVar[Literal["turn_completed"]] = "turn_completed"
+    turn: int
+    tool_calls: int
+    elapsed: float
 
 
 @dataclass(slots=True)
@@ -372,6 +405,8 @@ Event: TypeAlias = (
     | ProviderFallback
     | UsageUpdated
     | ContextUsage
+    | ContextCritical
+    | TurnCompleted
     | CompactionStarted
     | CompactionFinished
     | BudgetWarning

@@ -122,6 +122,8 @@ class OpenTelemetryObserver(NullObserver):
                     PROVIDER: run[1],
                     REQUEST_MODEL: run[2],
                     REQUEST_MAX_TOKENS: request.max_tokens,
+                    "fanloop.step": event.step,
+                    "fanloop.attempt": event.attempt,
                 },
             )
         elif event.kind == "response_completed":
