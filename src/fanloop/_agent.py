@@ -23,6 +23,7 @@ from ._result import OutputT, RunResult, TerminationReason
 from ._retry import RetryPolicy
 from ._run import CLEANUP_GRACE, RunState
 from ._scope import enter_run, leave_run
+from ._session_budget import record_spend, remaining_limits
 from ._settings import ModelSettings, check_settings
 from .catalog import model_info
 from .errors import ConfigurationError, ProviderError
@@ -753,8 +754,9 @@ class Agent(Generic[DepsT, OutputT]):
         if session is not None and before is None:
             check_no_pending(session)
         history = list(session.messages if session is not None else messages or ())
-        if parent is None:
-            budget = Budget(self.limits)
+        if parent is None:  # a session with a budget of its own tightens the run's limits
+            limits = remaining_limits(session, self.limits)
+            budget = Budget(limits)
             path: tuple[str, ...] = (self.name,)
             parent_emitter = None
         else:
@@ -851,6 +853,8 @@ class Agent(Generic[DepsT, OutputT]):
                 # Shielded so a cancelled run still reports how it ended, but only for a grace
                 # period: a consumer that never returns cannot make the run uncancellable.
                 with anyio.move_on_after(FINAL_EVENT_GRACE, shield=True):
+                    if root:
+                        await record_spend(session, result)
                     await emitter.emit(RunFinished(result, error))
                 if observer is not None:
                     _notify(

@@ -34,15 +34,27 @@ def test_exported_members() -> None:
         "SessionInfo",
         "SessionNotFound",
         "SessionRecord",
+        "SessionSpend",
         "SessionStore",
         "arguments_hash",
         "new_session_id",
         "pending_approvals",
+        "session_budget",
+        "session_spend",
+        "set_session_budget",
     ]
     approvals = {"PendingApproval", "pending_approvals"}  # shared with fanloop's core
+    budget = {"SessionSpend", "session_budget", "session_spend", "set_session_budget"}
     for name in fanloop.sessions.__all__:
         module = getattr(fanloop.sessions, name).__module__
-        assert module.startswith("fanloop._approvals" if name in approvals else "fanloop.sessions")
+        home = (
+            "fanloop._approvals"
+            if name in approvals
+            else "fanloop._session_budget"
+            if name in budget
+            else "fanloop.sessions"
+        )
+        assert module.startswith(home)
 
 
 @pytest.mark.parametrize("module", [_memory, _models, _pg_schema])

@@ -18,6 +18,7 @@ uncertain. Stores are pluggable behind the :class:`SessionStore` protocol; fanlo
 """
 
 from .._approvals import PendingApproval, pending_approvals
+from .._session_budget import SessionSpend, session_budget, session_spend, set_session_budget
 from ._errors import EffectConflict, SessionConflict, SessionError, SessionNotFound
 from ._memory import MemoryStore
 from ._models import (
@@ -47,8 +48,12 @@ __all__ = [
     "SessionInfo",
     "SessionNotFound",
     "SessionRecord",
+    "SessionSpend",
     "SessionStore",
     "arguments_hash",
     "new_session_id",
     "pending_approvals",
+    "session_budget",
+    "session_spend",
+    "set_session_budget",
 ]
