@@ -124,10 +124,14 @@ async def test_subagent_events_reach_the_parent_stream_with_their_lineage() -> N
         result, events = await streamed(agent, "research three things")
     assert result.termination_reason is TerminationReason.COMPLETED
     root = [e for e in events if e.agent_path == ("agent",)]
-    children = [e for e in events if e.agent_path == ("agent", "delegate")]
+    children = [e for e in events if e.agent_path[:1] == ("agent",) and len(e.agent_path) == 2]
     assert len(root) + len(children) == len(events)
     assert all(e.parent_call_id is None for e in root)
     assert {e.parent_call_id for e in children} == {"d1", "d2", "d3"}
+    # each sub-agent has a path element of its own, not only its delegating call's id
+    paths = {e.parent_call_id: e.agent_path for e in children}
+    assert sorted(paths.values()) == [("agent", f"delegate-{i}") for i in (1, 2, 3)]
+    assert all(e.agent_path == paths[e.parent_call_id] for e in children)
     assert events[0].kind == "run_started" and events[0].agent_path == ("agent",)
     assert events[-1].kind == "run_finished" and events[-1].agent_path == ("agent",)
     for index, task in enumerate(TASKS, 1):
@@ -318,10 +322,12 @@ async def test_as_tool_runs_in_parallel_with_lineage_and_usage() -> None:
     with anyio.fail_after(5):
         result, events = await streamed(agent, "go")
     assert result.text == "summary: report for task-1 | report for task-2 | report for task-3"
-    children = [e for e in events if e.agent_path == ("lead", "researcher")]
+    children = [e for e in events if e.agent_path != ("lead",)]
     assert {e.parent_call_id for e in children} == {"d1", "d2", "d3"}
     assert all(e.parent_call_id is None for e in events if e.agent_path == ("lead",))
-    assert {e.agent_path for e in events} == {("lead",), ("lead", "researcher")}
+    assert {e.agent_path for e in events} == {("lead",)} | {
+        ("lead", f"researcher-{i}") for i in (1, 2, 3)
+    }
     expected = PARENT_USAGE + PARENT_USAGE
     for _ in range(6):
         expected = expected + CHILD_USAGE
@@ -382,3 +388,21 @@ async def test_the_parents_text_delta_hook_sees_only_the_parents_answer() -> Non
     )
     result = await agent.run("go")
     assert "".join(chunks) == result.text == "final answer"
+
+
+async def test_the_subagents_system_prompt_and_model_can_be_set_from_the_agent() -> None:
+    from fanloop import Delegation
+
+    child_model = ScriptedProvider(["child report"], model="child-model")
+    lead_model = ScriptedProvider(
+        [reply(tool_calls=[call("delegate", task="look")]), "done"], model="lead-model"
+    )
+    agent = Agent(
+        lead_model,
+        delegation=Delegation(system="You are a careful researcher.", provider=child_model),
+    )
+    result = await agent.run("go")
+    assert result.text == "done"
+    (request,) = child_model.requests
+    assert request.system == "You are a careful researcher."
+    assert len(lead_model.requests) == 2  # the lead's model never answered for the child

@@ -7,6 +7,7 @@ sub-agents in parallel.
 
 from ._agent import Agent
 from ._approvals import DEFER, PendingApproval
+from ._delegate import Delegation
 from ._gather import gather
 from ._result import RunResult, TerminationReason
 from ._retry import RetryPolicy
@@ -34,6 +35,7 @@ __all__ = [
     "ConversationContext",
     "ConversationSummary",
     "DEFER",
+    "Delegation",
     "GuardedObserver",
     "Hooks",
     "Limits",

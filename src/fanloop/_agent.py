@@ -35,6 +35,7 @@ from .providers._types import HostedTool, OutputFormat, ToolSpec
 from .tools.base import FunctionTool, Tool, tool
 
 if TYPE_CHECKING:
+    from ._delegate import Delegation
     from ._stream import RunStream
     from .providers.base import Provider
     from .sessions import Session
@@ -183,7 +184,7 @@ class Agent(Generic[DepsT, OutputT]):
     auto_approve: bool
     observer: LoopObserver | None
     hooks: Hooks | None
-    delegation: bool
+    delegation: bool | Delegation
     memory: bool
     skills: bool
     workspace: str | None
@@ -224,7 +225,7 @@ class Agent(Generic[DepsT, OutputT]):
         auto_approve: bool = False,
         observer: LoopObserver | None = None,
         hooks: Hooks | None = None,
-        delegation: bool = False,
+        delegation: bool | Delegation = False,
         memory: bool = False,
         skills: bool = False,
         name: str = "agent",
@@ -342,9 +343,10 @@ class Agent(Generic[DepsT, OutputT]):
             all_tools.append(spec.tool())
         system_parts = [system] if isinstance(system, str) and system else []
         if delegation and max_depth > 0:
-            from ._delegate import DelegateTool
+            from ._delegate import DelegateTool, Delegation
 
-            all_tools.append(DelegateTool(tools=delegate_tools))
+            config = delegation if isinstance(delegation, Delegation) else Delegation()
+            all_tools.append(DelegateTool.from_config(config, delegate_tools))
         if memory:
             from .tools.memory import RememberTool
 
@@ -398,6 +400,10 @@ class Agent(Generic[DepsT, OutputT]):
             close = getattr(self._provider, "aclose", None)
             if close is not None:
                 await close()
+        delegate = self.tools.get("delegate")
+        close_delegate = getattr(delegate, "aclose", None)
+        if close_delegate is not None:
+            await close_delegate()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> Agent[Any, Any]:
@@ -729,6 +735,7 @@ class Agent(Generic[DepsT, OutputT]):
         parent_call_id: str | None = None,
         before: Callable[[RunState], Awaitable[RunResult | None]] | None = None,
         model_settings: ModelSettings | None = None,
+        label: str | None = None,
     ) -> RunResult[Any]:
         active = self._active()
         if active is not self:  # inside override(): the replacement runs instead
@@ -742,6 +749,7 @@ class Agent(Generic[DepsT, OutputT]):
                 parent_call_id=parent_call_id,
                 before=before,
                 model_settings=model_settings,
+                label=label,
             )
         settings = self.model_settings
         if model_settings is not None:  # checked before anything happens
@@ -761,7 +769,7 @@ class Agent(Generic[DepsT, OutputT]):
             parent_emitter = None
         else:
             budget = parent.budget
-            path = (*parent.emitter.path, self.name)
+            path = (*parent.emitter.path, label or self.name)
             parent_emitter = parent.emitter
         emitter = Emitter(
             self._table, path=path, parent_call_id=parent_call_id, send=send, parent=parent_emitter

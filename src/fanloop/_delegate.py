@@ -7,7 +7,7 @@ its usage rolls up into the parent's, its events reach the parent's stream with 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ._agent import Agent
     from ._run import RunState
 
-__all__ = ["AgentTool", "DelegateTool"]
+__all__ = ["AgentTool", "DelegateTool", "Delegation"]
 
 SUBAGENT_SYSTEM = (
     "You are a sub-agent working on one self-contained task for another agent. Use your "
@@ -71,6 +71,7 @@ async def run_subagent(agent: Agent[Any, Any], task: str) -> ToolResult:
         parent=parent,
         parent_call_id=ctx.call.id,
         before=partial(_with_own_limits, agent, task),
+        label=parent.subagent_label(agent.name),
     )
     return _outcome(result)
 
@@ -210,6 +211,29 @@ class ChildBudget(Budget):
         return Budget.warnings(self) + self.outer.warnings()
 
 
+@dataclass(frozen=True, slots=True)
+class Delegation:
+    """How ``delegate`` sub-agents are made: ``Agent(delegation=Delegation(...))``.
+
+    ``Agent(delegation=True)`` is ``Delegation()``: sub-agents on the parent's provider, with
+    the sub-agent system prompt and read-only tools.
+
+    Attributes:
+        system: the sub-agents' system prompt.
+        provider: the sub-agents' model: a provider, or a ``"vendor:model"`` string (made once,
+            and closed with the agent); ``None``: the parent's.
+        tools: the sub-agents' tools (default: the parent's own read-only built-in tools, see
+            :class:`DelegateTool`); ``Agent(delegate_tools=...)`` says the same.
+        model_settings: the sub-agents' model settings (default: the parent run's, without
+            its ``tool_choice``).
+    """
+
+    system: str = SUBAGENT_SYSTEM
+    provider: Any = None
+    tools: Sequence[Tool] | None = None
+    model_settings: Any = None
+
+
 class DelegateTool(Tool):
     """``delegate``: spawn a fresh sub-agent (same provider, read-only tools) for a subtask.
 
@@ -225,10 +249,49 @@ class DelegateTool(Tool):
     parameters = _TASK_SCHEMA
     concurrent_safe = True
 
-    def __init__(self, tools: Iterable[Tool] | None = None, system: str = SUBAGENT_SYSTEM) -> None:
+    def __init__(
+        self,
+        tools: Iterable[Tool] | None = None,
+        system: str = SUBAGENT_SYSTEM,
+        *,
+        provider: Any = None,
+        model_settings: Any = None,
+    ) -> None:
         self._tools = tuple(tools) if tools is not None else None
         self._system = system
         self._fallback: dict[str | None, tuple[Tool, ...]] = {}
+        self.owns_provider = isinstance(provider, str)
+        if isinstance(provider, str):
+            from .providers._resolve import resolve_provider
+
+            provider = resolve_provider(provider)
+        self._provider = provider
+        self._settings = model_settings
+
+    @classmethod
+    def from_config(cls, config: Delegation, tools: Iterable[Tool] | None) -> DelegateTool:
+        """The tool for ``Agent(delegation=config)`` (``tools``: ``Agent(delegate_tools=)``)."""
+        return cls(
+            tools=config.tools if config.tools is not None else tools,
+            system=config.system,
+            provider=config.provider,
+            model_settings=config.model_settings,
+        )
+
+    async def aclose(self) -> None:
+        """Close the sub-agents' provider if this tool made it from a model string."""
+        close = getattr(self._provider, "aclose", None) if self.owns_provider else None
+        if close is not None:
+            await close()
+
+    def _config(self) -> Delegation:
+        """This tool's settings, for the sub-agents' own ``delegate`` tool."""
+        return Delegation(
+            system=self._system,
+            provider=self._provider,
+            tools=self._tools,
+            model_settings=self._settings,
+        )
 
     def _tools_for_children(self, parent: Agent[Any, Any]) -> tuple[Tool, ...]:
         """The sub-agent's tools: never more reach than the parent has.
@@ -269,17 +332,19 @@ class DelegateTool(Tool):
         depth = parent.depth + 1
         from ._agent import Agent
 
+        own_model = self._provider is not None
+        settings = self._settings or parent.settings.model_copy(update={"tool_choice": None})
         child = Agent(
-            pa.provider,
+            self._provider if own_model else pa.provider,
             system=self._system,
             tools=self._tools_for_children(pa),
             limits=pa.limits,
             retry=pa.retry,
             name="delegate",
-            model_settings=parent.settings.model_copy(update={"tool_choice": None}),
-            max_tokens_ceiling=pa.max_tokens_ceiling,
-            context_window=pa.context_window,
-            delegation=depth < pa.max_depth,
+            model_settings=settings,
+            max_tokens_ceiling=None if own_model else pa.max_tokens_ceiling,
+            context_window=None if own_model else pa.context_window,
+            delegation=self._config() if depth < pa.max_depth else False,
             max_depth=pa.max_depth,
             delegate_tools=self._tools,
             auto_approve=pa.auto_approve,
@@ -287,7 +352,12 @@ class DelegateTool(Tool):
             workspace=pa.workspace,
             _limiters=pa.limiters,
         )
-        result = await child._execute(task, parent=parent, parent_call_id=ctx.call.id)
+        result = await child._execute(
+            task,
+            parent=parent,
+            parent_call_id=ctx.call.id,
+            label=parent.subagent_label(child.name),
+        )
         return _outcome(result)
 
 

@@ -66,6 +66,7 @@ class RunState:
         "stall",
         "started",
         "step",
+        "subagents",
         "system",
         "tool_calls",
         "turns",
@@ -99,6 +100,7 @@ class RunState:
         self.started = time.monotonic()
         self.turns = 0
         self.step = 0  # model requests sent, retries included (see RequestStarted)
+        self.subagents = 0  # sub-agents started, for their own path elements
         self.tool_calls = 0
         self.usage = Usage()
         self.stall = StallDetector(agent.limits.stall_threshold)
@@ -187,6 +189,11 @@ class RunState:
         if emitter.wants("context_usage"):
             await emitter.emit(ContextUsage(self.context_tokens, self.agent.context_window))
         await self.warn()
+
+    def subagent_label(self, name: str) -> str:
+        """The path element of the next sub-agent this run starts: ``name-1``, ``name-2``..."""
+        self.subagents += 1
+        return f"{name}-{self.subagents}"
 
     async def turn_completed(self, tool_calls: int) -> None:
         """Announce the end of a round."""
