@@ -83,7 +83,8 @@ class Agent(Generic[DepsT, OutputT]):
         auto_approve: run dangerous tools without asking.
         observer: a :class:`~fanloop.LoopObserver`.
         hooks: :class:`~fanloop.Hooks` callbacks.
-        delegation: give the agent the ``delegate`` tool (sub-agents with read-only tools).
+        delegation: give the agent the ``delegate`` tool (sub-agents with read-only tools);
+            a :class:`~fanloop.Delegation` also sets their prompt, model, tools and settings.
         memory: give the agent the ``remember`` tool and load ``.fanloop/memory.md`` into the
             system prompt.
         skills: discover ``SKILL.md`` skills, list them in the system prompt and add
