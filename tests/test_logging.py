@@ -103,7 +103,7 @@ async def test_subagent_lines_carry_their_own_run_id_and_agent_path() -> None:
     with capture_logs(processors=[merge_contextvars]) as logs:
         result = await agent.run("go")
     retries = [e for e in logs if e["event"] == "model_call_retry"]
-    child = [e for e in retries if e["agent_path"] == "agent/delegate"]
+    child = [e for e in retries if e["agent_path"] == "agent/delegate-1"]
     assert len(child) == 1
     assert child[0]["run_id"] != result.run_id
 

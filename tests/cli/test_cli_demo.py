@@ -32,8 +32,8 @@ def test_demo_fast(env: dict[str, str]) -> None:
     positions = [out.index(step) for step in steps]
     assert positions == sorted(positions), out
     lines = out.splitlines()
-    food = [i for i, x in enumerate(lines) if x.startswith("[delegate#") and "food" in x]
-    sights = [i for i, x in enumerate(lines) if x.startswith("[delegate#") and "sights" in x]
+    food = [i for i, x in enumerate(lines) if x.startswith("[delegate-") and "food" in x]
+    sights = [i for i, x in enumerate(lines) if x.startswith("[delegate-") and "sights" in x]
     assert food and sights
     assert min(sights) < max(food)  # interleaved, not one after the other
     summary = next(x for x in lines if x.startswith("demo done:"))

@@ -103,7 +103,7 @@ async def test_an_as_tool_child_ends_at_its_own_timeout_and_the_parent_goes_on()
     assert run.result.termination_reason is TerminationReason.COMPLETED
     [note] = results_of(run.result)
     assert "stopped early (deadline" in note.content
-    child_end = [e for e in finished if e.agent_path == ("agent", "slow")]
+    child_end = [e for e in finished if e.agent_path == ("agent", "slow-1")]
     assert [e.result.termination_reason for e in child_end] == [TerminationReason.DEADLINE]
 
 

@@ -217,7 +217,7 @@ class HumanView:
     their duration when they finish, so calls running side by side are visible as such; when
     the last one of a turn with several finishes, a line compares the wall time (without the
     time a person took at the approval prompt) with the sum. A sub-agent's lines carry its
-    path and the delegating call's id: ``[delegate#3f2a]``. A dangerous call shows its preview
+    path and the delegating call's id: ``[delegate-1#3f2a]``. A dangerous call shows its preview
     (the diff, the ``$ command``); the question itself is asked by
     :class:`~fanloop.cli._prompt.Approver`.
 
