@@ -5,14 +5,16 @@ fan the requested tool calls out concurrently, retry transient provider failures
 sub-agents in parallel.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from ._agent import Agent
 from ._approvals import DEFER, PendingApproval
-from ._delegate import Delegation
 from ._gather import gather
 from ._result import RunResult, TerminationReason
 from ._retry import RetryPolicy
 from ._settings import ModelSettings
-from ._stream import RunStream
 from .limits import Limits
 from .observers import (
     ConsoleObserver,
@@ -27,7 +29,31 @@ from .observers import (
 )
 from .tools.base import RunContext, Tool, ToolResult, tool
 
+if TYPE_CHECKING:
+    from ._delegate import Delegation
+    from ._stream import RunStream
+
 __version__ = "0.1.0"
+
+# Loaded on first use: ``import fanloop`` does not pay for what only some programs need
+# (``RunStream`` is what ``agent.stream()`` returns; ``Delegation`` configures sub-agents).
+_LAZY = {"Delegation": "_delegate", "RunStream": "_stream"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fanloop' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "Agent",

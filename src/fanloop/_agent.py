@@ -24,7 +24,7 @@ from ._retry import RetryPolicy
 from ._run import CLEANUP_GRACE, RunState
 from ._scope import enter_run, leave_run
 from ._session_budget import record_spend, remaining_limits
-from ._settings import ModelSettings, check_settings
+from ._settings import NO_SETTINGS, ModelSettings, check_settings
 from .catalog import model_info
 from .errors import ConfigurationError, ProviderError
 from .events import Event, RunFinished, RunStarted
@@ -289,8 +289,8 @@ class Agent(Generic[DepsT, OutputT]):
         set_("model", str(getattr(provider, "model", "")))
         set_("name", name)
         set_("system", system)
-        set_("limits", limits if limits is not None else Limits())
-        set_("retry", retry if retry is not None else RetryPolicy())
+        set_("limits", limits if limits is not None else _DEFAULT_LIMITS)
+        set_("retry", retry if retry is not None else _DEFAULT_RETRY)
         set_("confirm", confirm)
         set_("auto_approve", auto_approve)
         set_("observer", observer)
@@ -904,7 +904,20 @@ FINAL_EVENT_GRACE = CLEANUP_GRACE
 
 
 def _spec(t: Tool) -> ToolSpec:
-    return ToolSpec.model_construct(name=t.name, description=t.description, parameters=t.parameters)
+    """``t``'s spec, trusted as is (``model_construct`` without its per-call overhead: this
+    runs for every tool of every agent made)."""
+    spec = _new_spec(ToolSpec)
+    _set_attr(
+        spec, "__dict__", {"name": t.name, "description": t.description, "parameters": t.parameters}
+    )
+    _set_attr(spec, "__pydantic_fields_set__", {"name", "description", "parameters"})
+    _set_attr(spec, "__pydantic_extra__", None)
+    _set_attr(spec, "__pydantic_private__", None)
+    return spec
+
+
+_new_spec = ToolSpec.__new__
+_set_attr = object.__setattr__
 
 
 def _user_message(prompt: Prompt) -> Message:
@@ -985,6 +998,10 @@ def _output_format(spec: OutputSpec) -> OutputFormat:
 DEFAULT_MAX_TOKENS = 4096
 """The output budget of a model call when neither ``max_tokens`` nor the settings say."""
 
+# Frozen, so one instance of each default serves every agent that does not give its own.
+_DEFAULT_LIMITS = Limits()
+_DEFAULT_RETRY = RetryPolicy()
+
 _overrides: contextvars.ContextVar[Mapping[int, Agent[Any, Any]]] = contextvars.ContextVar(
     "fanloop_agent_overrides", default=MappingProxyType({})
 )
@@ -1003,7 +1020,9 @@ def _with_shortcuts(
     settings: Any, *, max_tokens: int | None, temperature: float | None
 ) -> ModelSettings:
     """The agent's settings with the ``max_tokens`` / ``temperature`` shortcuts folded in."""
-    result = _as_settings(settings) if settings is not None else ModelSettings()
+    if settings is None and max_tokens is None and temperature is None:
+        return NO_SETTINGS
+    result = _as_settings(settings) if settings is not None else NO_SETTINGS
     changes: dict[str, Any] = {}
     for name, value in (("max_tokens", max_tokens), ("temperature", temperature)):
         if value is None:

@@ -10,7 +10,9 @@ receipt of its session is replaced with a fresh one.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import BaseModel
 
 from ._ids import new_id
 from .messages import ToolCallPart
@@ -38,11 +40,10 @@ async def distinct_call_ids(run: RunState, response: ModelResponse) -> ModelResp
     changed loses its ``origin`` (the provider's raw wire blocks still carry the old ids), so
     the provider translates its parts on the next request instead of replaying them.
     """
-    calls = response.tool_calls
-    if not calls:
-        return response
-    seen = await known_call_ids(run)
     content = list(response.content)
+    if not any(isinstance(part, ToolCallPart) for part in content):
+        return response
+    seen = run.call_ids if run.call_ids is not None else await known_call_ids(run)
     changed = False
     for index, part in enumerate(content):
         if not isinstance(part, ToolCallPart):
@@ -52,12 +53,12 @@ async def distinct_call_ids(run: RunState, response: ModelResponse) -> ModelResp
             call_id = fresh_call_id()
             while call_id in seen:  # pragma: no cover - a uuid4 collision
                 call_id = fresh_call_id()
-            content[index] = part.model_copy(update={"id": call_id})
+            content[index] = _replaced(part, {"id": call_id})
             changed = True
         seen.add(call_id)
     if not changed:
         return response
-    return response.model_copy(update={"content": tuple(content), "origin": None})
+    return _replaced(response, {"content": tuple(content), "origin": None})
 
 
 async def known_call_ids(run: RunState) -> set[str]:
@@ -68,3 +69,22 @@ async def known_call_ids(run: RunState) -> set[str]:
             ids.update(r.call_id for r in await run.session.effects())
         run.call_ids = ids
     return run.call_ids
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _replaced(model: M, changes: dict[str, Any]) -> M:
+    """``model.model_copy(update=changes)``, at a fraction of its cost on the per-turn path
+    (the same shallow copy: the fields set grow by the changed ones)."""
+    if model.__pydantic_extra__ is not None or model.__pydantic_private__ is not None:
+        return model.model_copy(update=changes)
+    copy = type(model).__new__(type(model))
+    _set_attr(copy, "__dict__", {**model.__dict__, **changes})
+    _set_attr(copy, "__pydantic_fields_set__", model.__pydantic_fields_set__ | changes.keys())
+    _set_attr(copy, "__pydantic_extra__", None)
+    _set_attr(copy, "__pydantic_private__", None)
+    return copy
+
+
+_set_attr = object.__setattr__

@@ -111,6 +111,8 @@ async def _await_guarded(aw: Awaitable[Any], owner: str, name: str) -> None:
 
 def build_table(observer: LoopObserver | None, hooks: Hooks | None) -> Table:
     """Map each event kind to the callbacks that want it, observer first, then hooks."""
+    if observer is None and hooks is None:
+        return {}
     table: dict[str, list[Handler]] = {}
     if observer is not None:
         owner = type(observer).__name__

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -68,38 +70,97 @@ Invoker = Callable[[ModelRequest, Emit | None, Progress], Awaitable[ModelRespons
 class IdleWatch:
     """Cancels a stream that sends no content for ``idle`` seconds.
 
-    One timer per model call, pushed forward lazily: the hot path only records the time of the
-    last item. Time spent handing an item to a slow consumer (backpressure) never counts.
-    Keep-alive comments and pings produce no stream item, so they do not count as content.
+    The hot path only records the time of the last item; the timer that checks it is the event
+    loop's :class:`_Watchdog`, shared by every stream watched on that loop, so a model call
+    costs no timer of its own. Time spent handing an item to a slow consumer (backpressure)
+    never counts. Keep-alive comments and pings produce no stream item, so they do not count
+    as content.
     """
 
-    __slots__ = ("_handle", "_loop", "busy", "fired", "idle", "last", "scope")
+    __slots__ = ("_dog", "_loop", "busy", "fired", "idle", "last", "scope")
 
-    def __init__(self, idle: float, scope: anyio.CancelScope) -> None:
-        self._loop = asyncio.get_running_loop()
+    def __init__(
+        self, idle: float, scope: anyio.CancelScope, loop: asyncio.AbstractEventLoop | None = None
+    ) -> None:
+        self._loop = loop if loop is not None else asyncio.get_running_loop()
         self.idle = idle
         self.scope = scope
         self.busy = False
         self.fired = False
         self.last = self._loop.time()
-        self._handle = self._loop.call_at(self.last + idle, self._check)
+        self._dog = _watchdog(self._loop)
+        self._dog.add(self, self._loop)
 
     def touch(self) -> None:
         """Record that content just arrived (or was just handed on)."""
         self.last = self._loop.time()
 
-    def _check(self) -> None:
-        now = self._loop.time()
-        due = (now if self.busy else self.last) + self.idle
-        if due > now + 0.001:
-            self._handle = self._loop.call_at(due, self._check)
-            return
-        self.fired = True
-        self.scope.cancel()
-
     def close(self) -> None:
-        """Stop the timer."""
-        self._handle.cancel()
+        """Stop watching."""
+        self._dog.watches.discard(self)
+
+
+class _Watchdog:
+    """The one timer of an event loop for all the streams watched on it.
+
+    It is armed for the earliest moment a watched stream could be idle too long, and when it
+    fires it cancels those that are, then re-arms for the earliest of the rest. Watching a
+    stream adds it to a set: no timer of its own to schedule and cancel on every model call
+    (a timer is a heap entry, ten thousand of them with ten thousand streams in flight).
+    """
+
+    __slots__ = ("__weakref__", "_handle", "_when", "watches")
+
+    def __init__(self) -> None:
+        self.watches: set[IdleWatch] = set()
+        self._handle: asyncio.TimerHandle | None = None
+        self._when = math.inf
+
+    def add(self, watch: IdleWatch, loop: asyncio.AbstractEventLoop) -> None:
+        self.watches.add(watch)
+        due = watch.last + watch.idle
+        if due < self._when:
+            if self._handle is not None:
+                self._handle.cancel()
+            self._arm(due, loop)
+
+    def _arm(self, when: float, loop: asyncio.AbstractEventLoop) -> None:
+        self._when = when
+        self._handle = loop.call_at(when, self._check, loop)
+
+    def _check(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._handle = None
+        self._when = math.inf
+        now = loop.time()
+        idle: list[IdleWatch] = []
+        earliest = math.inf
+        for watch in self.watches:
+            due = (now if watch.busy else watch.last) + watch.idle
+            if due <= now + 0.001:
+                idle.append(watch)
+            elif due < earliest:
+                earliest = due
+        for watch in idle:
+            self.watches.discard(watch)
+            watch.fired = True
+            watch.scope.cancel()
+        if earliest < math.inf:
+            self._arm(earliest, loop)
+
+
+_WATCHDOGS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Watchdog] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _watchdog(loop: asyncio.AbstractEventLoop) -> _Watchdog:
+    try:
+        dog = _WATCHDOGS.get(loop)
+        if dog is None:
+            dog = _WATCHDOGS[loop] = _Watchdog()
+    except TypeError:  # a loop that cannot be weakly referenced: a watchdog per stream
+        return _Watchdog()
+    return dog
 
 
 # Stream items that are news about the call, not part of the answer: a retry after them has
@@ -107,12 +168,11 @@ class IdleWatch:
 _NOT_OUTPUT = frozenset({"pacing_wait", "pacing_unavailable", "provider_fallback"})
 
 
-def _on_asyncio() -> bool:
+def _asyncio_loop() -> asyncio.AbstractEventLoop | None:
     try:
-        asyncio.get_running_loop()
+        return asyncio.get_running_loop()
     except RuntimeError:  # another backend (trio): no idle timer
-        return False
-    return True
+        return None
 
 
 def make_invoker(provider: Any, idle_timeout: float | None = None) -> Invoker:
@@ -155,11 +215,12 @@ def make_invoker(provider: Any, idle_timeout: float | None = None) -> Invoker:
         async def invoke_stream(
             request: ModelRequest, emit: Emit | None, progress: Progress
         ) -> ModelResponse:
-            if idle_timeout is None or not _on_asyncio():
+            loop = None if idle_timeout is None else _asyncio_loop()
+            if idle_timeout is None or loop is None:
                 response = await consume(request, emit, progress, None)
             else:
                 with anyio.CancelScope() as scope:
-                    watch = IdleWatch(idle_timeout, scope)
+                    watch = IdleWatch(idle_timeout, scope, loop)
                     try:
                         response = await consume(request, emit, progress, watch)
                     finally:

@@ -62,16 +62,12 @@ class OutputSpec:
     """
 
     __slots__ = (
-        "adapter",
+        "_shape",
         "is_text",
         "mode",
-        "name",
         "output_type",
-        "parameters",
         "retries",
-        "schema",
         "validators",
-        "wrapped",
     )
 
     def __init__(
@@ -89,30 +85,44 @@ class OutputSpec:
         self.output_type = output_type
         self.is_text = output_type is str
         self.retries = retries
-        self.validators = tuple(_validator(v) for v in validators)
+        self.validators = tuple(_validator(v) for v in validators) if validators else ()
         self.mode = mode
-        self.name = getattr(output_type, "__name__", None) or "output"
-        try:
-            self.adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(output_type)
-            schema = self.adapter.json_schema()
-        except (pydantic.PydanticSchemaGenerationError, pydantic.PydanticUserError) as exc:
-            raise ConfigurationError(f"output_type {output_type!r} cannot be used: {exc}") from None
-        schema = _strip_titles(schema)
-        self.schema = schema
-        self.wrapped = schema.get("type") != "object"
-        if self.wrapped:  # primitives, lists and unions travel as {"response": ...}
-            defs = schema.pop("$defs", None)
-            wrapper: dict[str, Any] = {
-                "type": "object",
-                "properties": {"response": schema},
-                "required": ["response"],
-                "additionalProperties": False,
-            }
-            if defs:
-                wrapper["$defs"] = defs
-            self.parameters = wrapper
-        else:
-            self.parameters = schema
+        # A plain-text answer needs no adapter or schema: made on first use, if ever.
+        self._shape: _Shape | None = None if self.is_text else _shape_of(output_type)
+
+    @property
+    def shape(self) -> _Shape:
+        """The adapter and schemas of the output type (shared by every spec of the type)."""
+        shape = self._shape
+        if shape is None:
+            shape = self._shape = _shape_of(self.output_type)
+        return shape
+
+    @property
+    def adapter(self) -> pydantic.TypeAdapter[Any]:
+        """The pydantic adapter that validates and dumps values of the output type."""
+        return self.shape.adapter
+
+    @property
+    def name(self) -> str:
+        """The output type's name (``"output"`` when it has none)."""
+        return getattr(self.output_type, "__name__", None) or "output"
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        """The output type's JSON schema (titles stripped). Shared: do not change it."""
+        return self.shape.schema
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """The ``final_result`` tool's parameters: :attr:`schema`, or it wrapped in
+        ``{"response": ...}`` when it is not an object. Shared: do not change it."""
+        return self.shape.parameters
+
+    @property
+    def wrapped(self) -> bool:
+        """Whether the answer travels as ``{"response": ...}`` (a non-object schema)."""
+        return self.shape.wrapped
 
     # -- the value -------------------------------------------------------------------------
 
@@ -300,6 +310,61 @@ class _PartialWatcher:
         if value != self._last and (value or self._last is not None):
             self._last = value
             await self._emit(OutputPartial(value))
+
+
+class _Shape:
+    """What an output type gives every spec of it: its adapter and schemas."""
+
+    __slots__ = ("adapter", "parameters", "schema", "wrapped")
+
+    def __init__(self, output_type: Any, parent_depth: int) -> None:
+        try:
+            self.adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(
+                output_type, _parent_depth=parent_depth
+            )
+            schema = self.adapter.json_schema()
+        except (pydantic.PydanticSchemaGenerationError, pydantic.PydanticUserError) as exc:
+            raise ConfigurationError(f"output_type {output_type!r} cannot be used: {exc}") from None
+        schema = _strip_titles(schema)
+        self.schema: dict[str, Any] = schema
+        self.wrapped: bool = schema.get("type") != "object"
+        if self.wrapped:  # primitives, lists and unions travel as {"response": ...}
+            wrapper: dict[str, Any] = {
+                "type": "object",
+                "properties": {"response": schema},
+                "required": ["response"],
+                "additionalProperties": False,
+            }
+            defs = schema.pop("$defs", None)
+            if defs:
+                wrapper["$defs"] = defs
+            self.parameters: dict[str, Any] = wrapper
+        else:
+            self.parameters = schema
+
+
+_SHAPES: dict[tuple[Any, str], _Shape] = {}
+"""Output type (and its repr, which tells ``int | str`` from ``str | int``) -> its shape."""
+MAX_SHAPES = 256
+"""How many output types keep their shape; the oldest is dropped past that."""
+
+
+def _shape_of(output_type: Any) -> _Shape:
+    """The shape of ``output_type``, made once per type: a pydantic adapter and its JSON
+    schema cost tens of microseconds, too much to pay for every agent."""
+    # The adapter resolves forward references in OutputSpec.__init__'s namespace, as when that
+    # made the adapter itself (frames up from pydantic's: _Shape, here, OutputSpec.__init__).
+    try:
+        key = (output_type, repr(output_type))
+        found = _SHAPES.get(key)
+    except TypeError:  # unhashable (Annotated metadata, say): made each time
+        return _Shape(output_type, parent_depth=4)
+    if found is None:
+        found = _Shape(output_type, parent_depth=4)
+        if len(_SHAPES) >= MAX_SHAPES:
+            _SHAPES.pop(next(iter(_SHAPES)), None)
+        _SHAPES[key] = found
+    return found
 
 
 def describe(error: pydantic.ValidationError) -> str:

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .errors import ConfigurationError
 
-__all__ = ["ALL_SETTINGS", "ModelSettings", "check_settings", "unsupported_settings"]
+__all__ = ["ALL_SETTINGS", "NO_SETTINGS", "ModelSettings", "check_settings", "unsupported_settings"]
 
 ALL_SETTINGS = frozenset(
     {
@@ -121,6 +121,10 @@ class ModelSettings(BaseModel):
         return None if choice is None or choice in _CHOICES else choice
 
 
+NO_SETTINGS = ModelSettings()
+"""Settings that set nothing: the agent's when it is given none (frozen, so shared)."""
+
+
 def unsupported_settings(settings: ModelSettings | None, provider: Any) -> list[str]:
     """The fields ``settings`` sets that ``provider`` does not declare it honours.
 
@@ -146,7 +150,7 @@ def check_settings(
         tool_names: the tools the requests will offer; when given, ``tool_choice`` is checked
             against them (a named tool must be one of them; ``"required"`` needs one).
     """
-    if settings is None:
+    if settings is None or settings is NO_SETTINGS:  # nothing set: nothing to refuse
         return
     missing = unsupported_settings(settings, provider)
     if missing:

@@ -1,6 +1,7 @@
 """Fixtures for the provider tests: a FakeLLMServer per test and providers pointed at it.
 
-Everything goes through the real ``anthropic`` / ``openai`` clients over real HTTP.
+Everything goes over real HTTP; the providers send prebuilt requests themselves (the SDK path,
+``client=AsyncAnthropic(...)``, is tested in test_provider_sdk_client.py).
 """
 
 from __future__ import annotations

@@ -163,8 +163,11 @@ def make_provider(
         env["LLM_PROVIDER"] = provider
     if model:
         env["LLM_MODEL"] = model
+    # One conversation at a time: httpx2's own pool carries it, and the aiohttp transport
+    # (made for hundreds of requests in flight) would add ~70 ms of import to every start.
+    transport = "auto" if env.get("FANLOOP_HTTP_TRANSPORT", "").strip() else "httpx"
     try:
-        return from_env(env)
+        return from_env(env, transport=transport)
     except ConfigurationError as exc:
         message = str(exc)
         if message.startswith("LLM_PROVIDER is not set"):

@@ -1,6 +1,7 @@
 """Model providers: the protocol, the provider-independent types, and configuration.
 
-The real providers live in their own modules and import their SDKs only when used::
+The real providers live in their own modules, imported when used; they speak the vendors' HTTP
+APIs themselves and import a vendor SDK only when given an SDK client (``client=``)::
 
     from fanloop.providers.anthropic import AnthropicProvider
     from fanloop.providers.openai import OpenAIProvider

@@ -1,14 +1,15 @@
 """An ``httpx2`` transport on an ``aiohttp`` connection pool (the ``fanloop[aiohttp]`` extra).
 
-The official SDKs keep their ``httpx2`` API (``client.post(...)``, their error classes) while
-the bytes travel through ``aiohttp``. ``httpcore2``'s pool scans its connections each time a
-request starts or ends, so with a thousand requests in flight most of the time goes into
-scheduling; ``aiohttp``'s connector hands out an idle connection in constant time.
+The providers keep the ``httpx2`` API (``pool.send(...)``, its response and error classes)
+while the bytes travel through ``aiohttp``. ``httpcore2``'s pool scans its connections each
+time a request starts or ends, so with a thousand requests in flight most of the time goes
+into scheduling; ``aiohttp``'s connector hands out an idle connection in constant time.
 
 The SDKs ship the same idea (``DefaultAioHttpClient``); this one is ours so that failures map
 onto ``httpx2``'s exception classes precisely (a refused connection is a ``ConnectError``, not
-a timeout, so fanloop's error translation tells them apart), the per-request work is small,
-and the response body is read as it arrives.
+a timeout, so fanloop's error translation tells them apart, and its message names host, port
+and reason rather than aiohttp's connector settings), the per-request work is small, and the
+response body is read as it arrives.
 
 Imported only when a pool is built with it: ``aiohttp`` costs ~100 ms to import.
 """
@@ -24,6 +25,8 @@ from typing import Any
 import aiohttp
 import httpx2
 from yarl import URL
+
+from ._http import connect_reason
 
 __all__ = ["AiohttpTransport"]
 
@@ -45,7 +48,11 @@ def _translate(exc: BaseException) -> httpx2.TransportError:
     if isinstance(exc, aiohttp.ServerTimeoutError | asyncio.TimeoutError):
         return httpx2.ReadTimeout(text)
     if isinstance(exc, aiohttp.ClientConnectorError):
-        return httpx2.ConnectError(text)
+        # Not aiohttp's "Cannot connect to host h:p ssl:default [...]": "ssl:default" is its
+        # connector setting, shown even for plain http.
+        return httpx2.ConnectError(
+            f"cannot connect to {exc.host}:{exc.port} ({connect_reason(exc)})"
+        )
     if isinstance(exc, aiohttp.InvalidURL):
         return httpx2.UnsupportedProtocol(text)
     if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):

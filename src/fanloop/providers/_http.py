@@ -1,16 +1,19 @@
 """What the HTTP providers share: the connection pool, error translation, the stream handle.
 
-A provider built on an official SDK sends its own wire JSON through the SDK client's low-level
-``post()`` (so authentication, base URL, headers and the SDK's error classes stay the SDK's),
-reads the raw ``httpx2`` response and decodes the SSE itself. Everything that can go wrong on
-the way is translated here into the :mod:`fanloop.errors` tree:
+A provider sends its own wire JSON straight to its connection pool, with the URL and headers
+worked out once (:mod:`~fanloop.providers._endpoint`), or, given an SDK client, through that
+client's low-level ``post()``; either way it reads the raw ``httpx2`` response and decodes the
+SSE itself. Everything that can go wrong on the way is translated here into the
+:mod:`fanloop.errors` tree:
 
 - an HTTP status error → :func:`~fanloop.errors.error_for_status` (a 400 that says the prompt
   is too long → :class:`~fanloop.errors.ContextWindowExceeded`), with ``status_code``,
   ``request_id``, ``retry_after`` (``retry-after-ms``, ``retry-after`` seconds or HTTP date) and
-  the body; ``x-should-retry`` overrides whether it is transient;
+  the body; ``x-should-retry`` overrides whether it is transient; a 401 or 403 says where the
+  key came from (the variable it was read from, or ``api_key=``);
 - a timeout → :class:`~fanloop.errors.ProviderTimeout`; a refused, dropped or broken
-  connection → :class:`~fanloop.errors.ProviderConnectionError`;
+  connection → :class:`~fanloop.errors.ProviderConnectionError` (one that could not be made
+  names host, port and reason: ``cannot connect to 127.0.0.1:9 (connection refused)``);
 - an error sent inside the stream → classified by its error type;
 - a stream that ends before its end marker → :class:`~fanloop.errors.StreamIncomplete`;
 - anything malformed (not JSON, a field of the wrong type or range) →
@@ -20,9 +23,9 @@ the way is translated here into the :mod:`fanloop.errors` tree:
 
 The server is untrusted: every size it controls is capped. A non-streamed body and a stream
 are read chunk by chunk up to ``max_response_bytes`` (after content decoding, so a compressed
-bomb is cut at the cap too); an error body is read up to :data:`MAX_ERROR_BODY_BYTES` by the
-response hook of the pools fanloop creates (:func:`create_pool`, the providers' own pools),
-and an error message is cut to :data:`MAX_ERROR_MESSAGE_CHARS`. Header sizes are capped by the
+bomb is cut at the cap too); an error body is read up to :data:`MAX_ERROR_BODY_BYTES` (the
+response hook of the pools fanloop creates, or the provider itself for a borrowed pool), and an
+error message is cut to :data:`MAX_ERROR_MESSAGE_CHARS`. Header sizes are capped by the
 transports (``httpx2``: 100 KiB in all; ``aiohttp``: 8190 bytes a line, 128 headers).
 """
 
@@ -38,7 +41,7 @@ import ssl
 import time
 import urllib.request
 import zlib
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeAlias
@@ -87,7 +90,8 @@ __all__ = [
     "WireLimits",
     "cap_error_body",
     "create_pool",
-    "default_pool",
+    "keepalive_options",
+    "no_trust_context",
     "parse_retry_after",
     "resolve_transport",
     "ssl_context",
@@ -202,6 +206,16 @@ def ssl_context() -> ssl.SSLContext:
     return httpx2.create_ssl_context()
 
 
+@functools.cache
+def no_trust_context() -> ssl.SSLContext:
+    """A TLS context that accepts no certificate (it loads no trust store, so it is free).
+
+    The pools of a plain-http endpoint use it: they never need TLS, unless the server
+    redirects to https, and then they fail closed rather than build a trust store.
+    """
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+
+
 def resolve_transport(transport: Transport = "auto") -> Literal["aiohttp", "httpx"]:
     """The transport ``transport`` stands for in this process (see :data:`Transport`)."""
     if transport == "auto":
@@ -226,6 +240,7 @@ def create_pool(
     limits: httpx2.Limits = DEFAULT_LIMITS,
     timeout: httpx2.Timeout | float | None = DEFAULT_TIMEOUT,
     transport: Transport = "auto",
+    verify: ssl.SSLContext | bool | None = None,
 ) -> httpx2.AsyncClient:
     """A connection pool for one or more providers (``http_client=``).
 
@@ -233,48 +248,49 @@ def create_pool(
         limits: connection caps (``max_keepalive_connections`` matters only to ``httpx``).
         timeout: per-request timeouts.
         transport: ``"auto"``, ``"aiohttp"`` or ``"httpx"`` (see :data:`Transport`).
+        verify: the TLS context (``None``: fanloop's shared one, :func:`ssl_context`;
+            ``True``: the transport's default).
 
     The caller owns it: a provider given a pool never closes it. Its response hook
-    (:func:`cap_error_body`) reads at most :data:`MAX_ERROR_BODY_BYTES` of an error body; a
-    pool made otherwise lets the SDK read error bodies whole.
+    (:func:`cap_error_body`) reads at most :data:`MAX_ERROR_BODY_BYTES` of an error body.
+    Connections use TCP keep-alive probes (as the SDKs' default pools do), so a connection
+    idle through minutes of model thinking is not dropped silently by a middlebox.
+
+    A pool (its connections) belongs to the event loop that first uses it: a provider's own
+    pools are made per loop (:class:`~fanloop.providers._pools.LoopPools`); a pool passed in
+    must be used from one loop.
     """
+    tls = ssl_context() if verify is None else verify
     if resolve_transport(transport) == "aiohttp":
         from ._aiohttp import AiohttpTransport
 
         return httpx2.AsyncClient(
-            transport=AiohttpTransport(limits=limits, verify=ssl_context()),
+            transport=AiohttpTransport(limits=limits, verify=tls),
             timeout=timeout,
             follow_redirects=True,
             event_hooks={"response": [cap_error_body]},
         )
     return httpx2.AsyncClient(
-        limits=limits,
+        transport=httpx2.AsyncHTTPTransport(
+            limits=limits, verify=tls, socket_options=keepalive_options()
+        ),
         timeout=timeout,
         follow_redirects=True,
-        verify=ssl_context(),
         event_hooks={"response": [cap_error_body]},
     )
 
 
-def default_pool(
-    sdk_client: Callable[..., httpx2.AsyncClient],
-    timeout: httpx2.Timeout | float | None,
-) -> httpx2.AsyncClient:
-    """The pool a provider creates for itself when it is given none.
+@functools.cache
+def keepalive_options() -> list[tuple[int, int, int]]:
+    """TCP keep-alive: probe after 60 s idle, every 60 s, 5 times (the SDKs' settings)."""
+    import socket
 
-    On the ``aiohttp`` transport when :func:`resolve_transport` picks it; otherwise the SDK's
-    own ``DefaultAsyncHttpxClient`` (``sdk_client``), which keeps its socket options and
-    proxy mounts, with fanloop's limits.
-    """
-    timeout = timeout if timeout is not None else DEFAULT_TIMEOUT
-    if resolve_transport() == "aiohttp":
-        return create_pool(timeout=timeout, transport="aiohttp")
-    return sdk_client(
-        limits=DEFAULT_LIMITS,
-        timeout=timeout,
-        verify=ssl_context(),
-        event_hooks={"response": [cap_error_body]},
-    )
+    options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+    for name, value in (("TCP_KEEPIDLE", 60), ("TCP_KEEPINTVL", 60), ("TCP_KEEPCNT", 5)):
+        number = getattr(socket, name, None)
+        if number is not None:
+            options.append((socket.IPPROTO_TCP, number, value))
+    return options
 
 
 def parse_retry_after(headers: Mapping[str, str]) -> float | None:
@@ -372,13 +388,21 @@ def status_error(
     *,
     provider: str,
     fallback_message: str = "",
+    key_source: str | None = None,
 ) -> ProviderError:
-    """The fanloop error for an HTTP error response."""
+    """The fanloop error for an HTTP error response.
+
+    ``key_source`` says where the API key came from (``"the key in ANTHROPIC_API_KEY"``):
+    a 401 or 403 message starts with it, so the reader knows which key to check.
+    """
     error = _error_object(body)
     message = _message(error.get("message")) or _clip(fallback_message) or f"HTTP {status_code}"
     cls = error_for_status(status_code)
     if status_code in (400, 413, 422):
         cls = _classify(cls, error.get("type"), error.get("code"), message)
+    if key_source and status_code in (401, 403):
+        verdict = "was rejected" if status_code == 401 else "lacks permission for this request"
+        message = f"{key_source} {verdict}: {message}"
     return cls(
         message,
         status_code=status_code,
@@ -431,13 +455,71 @@ def stream_error(
 def transport_error(
     exc: BaseException, *, provider: str, request_id: str | None = None
 ) -> ProviderError:
-    """The fanloop error for a raw ``httpx2`` transport failure."""
+    """The fanloop error for a raw ``httpx2`` transport failure.
+
+    A connection that could not be made says where to and why, on either transport:
+    ``cannot connect to 127.0.0.1:9 (connection refused)``.
+    """
     text = str(exc) or type(exc).__name__
+    if isinstance(exc, httpx2.ConnectError | httpx2.ConnectTimeout):
+        text = f"cannot connect to {_target(exc)} ({connect_reason(exc)})"
+        cls: type[ProviderError] = (
+            ProviderTimeout if isinstance(exc, httpx2.ConnectTimeout) else ProviderConnectionError
+        )
+        return cls(text, provider=provider, request_id=request_id)
     if isinstance(exc, httpx2.TimeoutException):
         return ProviderTimeout(f"timed out: {text}", provider=provider, request_id=request_id)
     return ProviderConnectionError(
         f"connection failed: {text}", provider=provider, request_id=request_id
     )
+
+
+def _target(exc: BaseException) -> str:
+    """``host:port`` of the request that ``exc`` (an ``httpx2`` error) was raised for."""
+    try:
+        url = exc.request.url  # type: ignore[attr-defined]
+    except (AttributeError, RuntimeError):  # raised outside a request
+        return "the server"
+    port = url.port or (443 if url.scheme == "https" else 80)
+    host = f"[{url.host}]" if ":" in url.host else url.host
+    return f"{host}:{port}"
+
+
+def _is_cert_error(error: BaseException) -> bool:
+    return (
+        isinstance(error, ssl.SSLCertVerificationError)
+        or "certificate" in type(error).__name__.lower()
+    )
+
+
+def connect_reason(exc: BaseException) -> str:
+    """Why a connection could not be made, in a few words, from ``exc`` and its causes."""
+    chain: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and len(chain) < 16 and seen not in chain:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    for error in chain:
+        if isinstance(error, ssl.SSLError):  # attributes may be missing on a subclass
+            kind = "certificate not accepted" if _is_cert_error(error) else "failed"
+            detail = getattr(error, "verify_message", None) or getattr(error, "reason", None)
+            return _clip(f"TLS {kind}: {detail or error}", 200)
+    import socket
+
+    for error in chain:
+        if isinstance(error, socket.gaierror):
+            return "the host name cannot be resolved"
+    for error in chain:
+        if isinstance(error, TimeoutError | httpx2.TimeoutException):
+            return "timed out"
+    for error in chain:
+        if isinstance(error, OSError) and isinstance(error.errno, int) and error.errno > 0:
+            return os.strerror(error.errno).lower()
+    text = str(exc) or type(exc).__name__
+    if text.startswith("[Errno "):  # "[Errno 111] Connection refused"
+        text = text.partition("] ")[2] or text
+        text = text[:1].lower() + text[1:]
+    return _clip(text, 200)
 
 
 _MALFORMED = (ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError)
@@ -461,16 +543,17 @@ def _own(error: ProviderError, provider: str, request_id: str | None) -> None:
         error.request_id = request_id
 
 
-async def cap_error_body(response: httpx2.Response) -> None:
+async def cap_error_body(response: httpx2.Response, *, force: bool = False) -> None:
     """``httpx2`` response hook: an error response's body reads as at most
     :data:`MAX_ERROR_BODY_BYTES`, decoded.
 
-    The SDKs read an error body whole to build their exception; with this hook on the pool
-    they read the first MiB (gzip and deflate are decoded here, up to the cap; a body in
-    another encoding reads as empty). :func:`create_pool` and the providers' own pools
-    install it.
+    Gzip and deflate are decoded here, up to the cap; a body in another encoding reads as
+    empty. :func:`create_pool` and the providers' own pools install it; a provider applies it
+    itself to an error response from another pool (``force``: whatever the status, e.g. a
+    redirect that was not followed), and an SDK client passed as ``client=`` reads error
+    bodies through its own pool.
     """
-    if response.status_code < 400:
+    if response.status_code < 400 and not force:
         return
     codings = [
         c.strip().lower()
@@ -528,10 +611,14 @@ class SDKErrors:
 
 
 class HTTPProvider:
-    """Base of the SDK-backed providers: request sending, lifecycle and error translation.
+    """Base of the HTTP providers: request sending, lifecycle and error translation.
 
     Subclasses set ``_path`` and ``_api`` and implement ``_encode`` (the request body),
     ``_decode`` (a non-streamed JSON response) and ``_parser`` (a streamed one).
+
+    ``client`` is an :class:`~fanloop.providers._endpoint.Endpoint` (requests go straight to
+    the connection pool) or a vendor SDK client the user passed (requests go through its
+    ``post()``, and ``sdk_errors`` names its exception classes).
     """
 
     name: str
@@ -543,15 +630,15 @@ class HTTPProvider:
         self,
         client: Any,
         *,
-        owns_client: bool,
-        errors: SDKErrors,
+        sdk_errors: SDKErrors | None = None,
+        key_source: str | None = None,
         limits: WireLimits | None = None,
         pacing: Pacer | None = None,
     ) -> None:
         self._client = client
-        self._owns_client = owns_client
-        self._errors = errors
-        self._closed = False
+        self._errors = sdk_errors
+        self._key_source = key_source
+        self._closed = False  # aclose() was called and no request has been sent since
         self.limits = limits or WireLimits()
         if pacing is not None:
             from ..pacing import Pacer
@@ -563,15 +650,16 @@ class HTTPProvider:
     # -- lifecycle --------------------------------------------------------------------------
 
     async def aclose(self) -> None:
-        """Close the connection pool, if this provider created it.
+        """Close the connection pools this provider created (idempotent).
 
-        A pool passed in as ``http_client`` belongs to the caller and stays open.
+        A pool passed in as ``http_client``, or an SDK client passed as ``client``, belongs to
+        the caller and stays open. The provider stays usable: a later request opens a new
+        pool. Without ``aclose()``, a pool is closed when its event loop shuts down
+        (``asyncio.run()``, ``anyio.run()``).
         """
-        if self._closed:
-            return
         self._closed = True
-        if self._owns_client:
-            await self._client.close()
+        if self._errors is None:
+            await self._client.aclose()
 
     async def __aenter__(self) -> HTTPProvider:
         return self
@@ -686,7 +774,65 @@ class HTTPProvider:
         return ProviderStream(self, request)
 
     async def _post(self, body: bytes, *, stream: bool) -> httpx2.Response:
+        """Send ``body``; the response, its body not yet read (errors raised as ours)."""
+        if self._errors is not None:
+            return await self._post_sdk(body, stream=stream)
+        endpoint = self._client
+        if self._closed:
+            self._closed = False
+        pool = await endpoint.pool()
+        request = pool.build_request(
+            "POST", endpoint.url, content=body, headers=endpoint.headers, timeout=endpoint.timeout
+        )
+        try:
+            response: httpx2.Response = await pool.send(request, stream=True)
+        except httpx2.TransportError as exc:
+            raise transport_error(exc, provider=self.name) from exc
+        except httpx2.HTTPError as exc:  # e.g. too many redirects
+            raise ProviderError(_clip(str(exc)), provider=self.name) from exc
+        except RuntimeError:
+            if pool.is_closed:  # a borrowed pool its owner closed
+                raise ConfigurationError(
+                    f"the http_client given to {type(self).__name__} is closed"
+                ) from None
+            raise
+        if not 200 <= response.status_code < 300:  # as the SDKs: anything else fails
+            raise await self._status_failure(response)
+        return response
+
+    async def _status_failure(self, response: httpx2.Response) -> ProviderError:
+        """The error for an HTTP error response: its body read up to the cap, then closed."""
+        if not isinstance(response.stream, _CappedBody):  # not capped by our pools' hook
+            await cap_error_body(response, force=True)
+        try:
+            content = await response.aread()
+        except (httpx2.HTTPError, *_MALFORMED):
+            content = b""
+        finally:
+            await response.aclose()
+        body: Any = None
+        fallback = ""
+        if content:
+            try:
+                body = loads(content[3:] if content[:3] == b"\xef\xbb\xbf" else content)
+            except (ProviderError, *_MALFORMED):
+                body = content.decode("utf-8", "replace")
+            if not isinstance(body, dict):
+                fallback = f"HTTP {response.status_code}: {_clip(str(body), 500)}"
+        error = status_error(
+            response.status_code,
+            response.headers,
+            body,
+            provider=self.name,
+            fallback_message=fallback,
+            key_source=self._key_source,
+        )
+        _log_status(error)
+        return error
+
+    async def _post_sdk(self, body: bytes, *, stream: bool) -> httpx2.Response:
         errors = self._errors
+        assert errors is not None
         try:
             response: httpx2.Response = await self._client.post(
                 self._path, content=body, cast_to=httpx2.Response, stream=stream
@@ -699,7 +845,7 @@ class HTTPProvider:
             ) from exc.__cause__
         except errors.connection as exc:
             cause = exc.__cause__
-            if isinstance(cause, httpx2.TimeoutException):
+            if isinstance(cause, httpx2.TransportError):
                 raise transport_error(cause, provider=self.name) from cause
             raise ProviderConnectionError(
                 f"connection failed: {_clip(str(cause or exc), 300)}", provider=self.name
@@ -720,7 +866,7 @@ class HTTPProvider:
         if len(content) > MAX_ERROR_BODY_BYTES:  # read whole by a pool without the hook
             body = None
         elif content:
-            with contextlib.suppress(*_MALFORMED):
+            with contextlib.suppress(ProviderError, *_MALFORMED):
                 body = loads(content)
         error = status_error(
             response.status_code,
@@ -728,15 +874,20 @@ class HTTPProvider:
             body,
             provider=self.name,
             fallback_message=str(getattr(exc, "message", "")),
+            key_source=self._key_source,
         )
-        logger.debug(
-            "provider_http_error",
-            provider=self.name,
-            status_code=error.status_code,
-            request_id=error.request_id,
-            error_class=type(error).__name__,
-        )
+        _log_status(error)
         return error
+
+
+def _log_status(error: ProviderError) -> None:
+    logger.debug(
+        "provider_http_error",
+        provider=error.provider,
+        status_code=error.status_code,
+        request_id=error.request_id,
+        error_class=type(error).__name__,
+    )
 
 
 class StreamParser(Protocol):

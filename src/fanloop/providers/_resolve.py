@@ -1,6 +1,7 @@
 """Turning ``"anthropic:MODEL"`` strings and environment variables into providers.
 
-The provider SDKs are imported only here, and only when a provider is actually built.
+The provider modules are imported only here, and only when a provider is actually built; the
+vendor SDKs are not imported at all unless a user passes an SDK client (``client=``).
 """
 
 from __future__ import annotations
@@ -115,6 +116,13 @@ def from_env(environ: Mapping[str, str] | None = None, **options: Any) -> Provid
     model = env.get("LLM_MODEL", "").strip() or DEFAULT_MODELS.get(vendor)
     if not model:
         raise ConfigurationError(f"LLM_MODEL is not set (the model name; {vendor} has no default)")
+    key_variable = {
+        "anthropic": "ANTHROPIC_API_KEY",
+        "openai": "OPENAI_API_KEY",
+        "openrouter": "OPENROUTER_API_KEY",
+        "vllm": "VLLM_API_KEY",
+    }.get(vendor)
+    from_environ = key_variable is not None and "api_key" not in options
     if vendor == "anthropic":
         options.setdefault("api_key", _require(env, "ANTHROPIC_API_KEY", "needed for anthropic"))
         options.setdefault("base_url", env.get("ANTHROPIC_BASE_URL") or _ANTHROPIC_URL)
@@ -128,8 +136,16 @@ def from_env(environ: Mapping[str, str] | None = None, **options: Any) -> Provid
     elif vendor == "vllm":
         if env.get("VLLM_API_KEY"):
             options.setdefault("api_key", env["VLLM_API_KEY"])
+        else:
+            from_environ = False
         if env.get("VLLM_BASE_URL"):
             options.setdefault("base_url", env["VLLM_BASE_URL"])
     elif env.get("OLLAMA_BASE_URL"):
         options.setdefault("base_url", env["OLLAMA_BASE_URL"])
-    return resolve_provider(f"{vendor}:{model}", **options)
+    provider = resolve_provider(f"{vendor}:{model}", **options)
+    # The error for a rejected key names the variable to check, not "api_key=".
+    if from_environ:
+        provider._key_source = f"the key in {key_variable}"  # type: ignore[attr-defined]
+    elif vendor == "vllm" and "api_key" not in options:
+        provider._key_source = "the placeholder key 'EMPTY' (VLLM_API_KEY is not set)"  # type: ignore[attr-defined]
+    return provider

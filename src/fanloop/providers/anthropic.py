@@ -1,4 +1,4 @@
-"""The Anthropic Messages API provider, on the official ``anthropic`` SDK.
+"""The Anthropic Messages API provider.
 
 ::
 
@@ -8,19 +8,20 @@
     async with provider:                                        # closes the pool it created
         response = await provider.complete(request)
 
-The provider builds the request JSON itself, sends it through ``AsyncAnthropic.post()`` (the
-SDK keeps authentication, base URL, headers and its error classes; its retries are off, fanloop
-owns them) and decodes the SSE stream without building a model per event. The assistant turns
-it returns carry their exact wire blocks in ``origin``, so thinking signatures, redacted
-thinking and server-tool blocks are replayed byte for byte in the next request.
+The provider builds the request JSON itself and posts it straight to its connection pool, with
+the authentication, base URL and headers the ``anthropic`` SDK would use, worked out once
+(the SDK is not imported: that alone takes a second or more). Given an SDK client
+(``client=AsyncAnthropic(...)``, e.g. for profile or workload-identity credentials), it posts
+through that client's ``post()`` instead (its retries off: fanloop owns them). Either way it
+decodes the SSE stream without building a model per event. The assistant turns it returns
+carry their exact wire blocks in ``origin``, so thinking signatures, redacted thinking and
+server-tool blocks are replayed byte for byte in the next request.
 """
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import anthropic
 import httpx2
 
 from ..errors import ConfigurationError, ResponseInvalid, StreamIncomplete
@@ -38,14 +39,15 @@ from ..messages import (
     ToolResultPart,
     media_base64,
 )
+from ._endpoint import anthropic_endpoint, sdk_key_source
 from ._http import (
     DEFAULT_MAX_BLOCKS,
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_MAX_RESPONSE_BYTES,
     HTTPProvider,
     SDKErrors,
+    Transport,
     WireLimits,
-    default_pool,
     stream_error,
 )
 from ._options import (
@@ -72,6 +74,8 @@ from ._wire import (
 from ._wire import loads as _loads
 
 if TYPE_CHECKING:
+    import anthropic
+
     from ..pacing import Pacer
 
 __all__ = ["AnthropicProvider"]
@@ -109,12 +113,48 @@ _CACHEABLE = frozenset(
 _MAX_INDEX = 2**31 - 1
 
 
-_ERRORS = SDKErrors(
-    status=anthropic.APIStatusError,
-    timeout=anthropic.APITimeoutError,
-    connection=anthropic.APIConnectionError,
-    base=anthropic.AnthropicError,
-)
+def _sdk_errors() -> SDKErrors:
+    import anthropic
+
+    return SDKErrors(
+        status=anthropic.APIStatusError,
+        timeout=anthropic.APITimeoutError,
+        connection=anthropic.APIConnectionError,
+        base=anthropic.AnthropicError,
+    )
+
+
+def _from_client(
+    client: Any,
+    api_key: str | None,
+    base_url: str | None,
+    http_client: httpx2.AsyncClient | None,
+    timeout: float | httpx2.Timeout | None,
+    default_headers: dict[str, str] | None,
+) -> tuple[Any, str]:
+    """``client`` with fanloop's options (its retries off), and where its key came from."""
+    if api_key is not None or base_url is not None or http_client is not None:
+        raise ConfigurationError(
+            "client= brings its own key, base URL and pool: leave out api_key=, base_url= "
+            "and http_client= (give them to the client)"
+        )
+    import anthropic
+
+    if not isinstance(client, anthropic.AsyncAnthropic):
+        raise ConfigurationError(
+            f"client= takes an anthropic.AsyncAnthropic, not {type(client).__name__}"
+        )
+    options: dict[str, Any] = {"max_retries": 0}
+    if timeout is not None:
+        options["timeout"] = timeout
+    if default_headers:
+        options["default_headers"] = default_headers
+    source = sdk_key_source(
+        client.api_key or client.auth_token,
+        ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
+        "AnthropicProvider",
+    )
+    return client.with_options(**options), source
 
 
 class AnthropicProvider(HTTPProvider):
@@ -122,21 +162,34 @@ class AnthropicProvider(HTTPProvider):
 
     Args:
         model: the model name, e.g. ``"claude-sonnet-5"``.
-        api_key: the API key; the SDK reads ``ANTHROPIC_API_KEY`` when it is ``None``.
-        base_url: the API root without ``/v1`` (the SDK reads ``ANTHROPIC_BASE_URL`` when
-            ``None``).
+        api_key: the API key; when ``None``, ``ANTHROPIC_API_KEY`` (else
+            ``ANTHROPIC_AUTH_TOKEN``) is read. Sent as ``Authorization: Bearer``, as the SDK does.
+        base_url: the API root without ``/v1`` (when ``None``, ``ANTHROPIC_BASE_URL``, else
+            ``https://api.anthropic.com``).
         http_client: an ``httpx2.AsyncClient`` to use as the connection pool. It may be shared
-            between providers and is never closed by this provider. Without one the provider
-            creates its own pool (1000 connections) and closes it in :meth:`aclose`.
+            between providers and is never closed by this provider; use it from one event loop.
+            Without one the provider creates its own pools (1000 connections each), one per
+            event loop that uses it, and closes them in :meth:`aclose` or when their loop
+            shuts down.
+        client: an ``anthropic.AsyncAnthropic`` to send requests through instead (for
+            credentials only the SDK resolves: profiles, workload identity, ``credentials=``).
+            Its key, base URL and pool are used as they are (so ``api_key``, ``base_url`` and
+            ``http_client`` must be left out); it is never closed by this provider.
         timeout: seconds (or an ``httpx2.Timeout``) for each request; the default waits up to
             600 s for data and 5 s to connect.
         default_headers: extra headers for every request (e.g. ``anthropic-beta``).
+            ``ANTHROPIC_CUSTOM_HEADERS`` (``Name: value`` lines) is read too, as by the SDK.
         extra_body: fields merged into every request body.
         max_response_bytes: the largest response body, streamed or not (default 64 MiB).
         max_frame_bytes: the largest stream event (default 16 MiB).
         max_blocks: the most content blocks in one response (default 1024).
         pacing: a :class:`~fanloop.pacing.Pacing` or :class:`~fanloop.pacing.RedisPacing`
             budget every call waits for (see ``docs/pacing.md``).
+        transport: how the provider's own pools move bytes: ``"aiohttp"`` (best with
+            hundreds of requests in flight; ~70 ms to import), ``"httpx"`` (``httpx2``'s own
+            pool), or ``"auto"`` (aiohttp when installed and no proxy is configured;
+            ``FANLOOP_HTTP_TRANSPORT`` overrides it). Unused with ``http_client`` or
+            ``client``.
         prompt_caching: put cache breakpoints (``cache_control``) on the system prompt, the
             last tool and the last block of the conversation, so each request reads the prefix
             the previous one wrote from the prompt cache (default ``True``; see
@@ -176,6 +229,7 @@ class AnthropicProvider(HTTPProvider):
         api_key: str | None = None,
         base_url: str | None = None,
         http_client: httpx2.AsyncClient | None = None,
+        client: anthropic.AsyncAnthropic | None = None,
         timeout: float | httpx2.Timeout | None = None,
         default_headers: dict[str, str] | None = None,
         extra_body: dict[str, Any] | None = None,
@@ -184,40 +238,31 @@ class AnthropicProvider(HTTPProvider):
         max_blocks: int = DEFAULT_MAX_BLOCKS,
         prompt_caching: bool = True,
         pacing: Pacer | None = None,
+        transport: Transport = "auto",
     ) -> None:
         if not model:
             raise ConfigurationError("AnthropicProvider needs a model name")
-        if api_key is None and not (
-            os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")
-        ):
-            raise ConfigurationError(
-                "AnthropicProvider needs an API key: pass api_key= or set ANTHROPIC_API_KEY"
-            )
         limits = WireLimits(max_response_bytes, max_frame_bytes, max_blocks)
         self.name = "anthropic"
         self.model = model
         self._extra_body = dict(extra_body or {})
-        owns_client = http_client is None
-        options: dict[str, Any] = {}
-        if timeout is not None:
-            options["timeout"] = timeout
-        if http_client is None:
-            http_client = default_pool(anthropic.DefaultAsyncHttpxClient, timeout)
-        try:
-            client = anthropic.AsyncAnthropic(
+        if client is not None:
+            sdk, source = _from_client(
+                client, api_key, base_url, http_client, timeout, default_headers
+            )
+            super().__init__(
+                sdk, sdk_errors=_sdk_errors(), key_source=source, limits=limits, pacing=pacing
+            )
+        else:
+            endpoint, source = anthropic_endpoint(
                 api_key=api_key,
                 base_url=base_url,
-                max_retries=0,
-                open_telemetry=False,
-                default_headers=default_headers,
                 http_client=http_client,
-                **options,
+                timeout=timeout,
+                default_headers=default_headers,
+                transport=transport,
             )
-        except (anthropic.AnthropicError, TypeError) as exc:
-            raise ConfigurationError(f"cannot configure the Anthropic client: {exc}") from None
-        super().__init__(
-            client, owns_client=owns_client, errors=_ERRORS, limits=limits, pacing=pacing
-        )
+            super().__init__(endpoint, key_source=source, limits=limits, pacing=pacing)
         self._messages: MessageCache[Message] = MessageCache(self._render_message)
         self._tools = ToolsCache()
         self._caching = prompt_caching

@@ -1,4 +1,4 @@
-"""The OpenAI Chat Completions provider, on the official ``openai`` SDK.
+"""The OpenAI Chat Completions provider.
 
 ::
 
@@ -9,8 +9,10 @@
     routed = OpenAIProvider.openrouter("anthropic/claude-sonnet-4.5")  # OPENROUTER_API_KEY
 
 Any OpenAI-compatible server works through ``base_url``. Like the Anthropic provider, it
-builds the request JSON itself, posts it through the SDK client's ``post()`` (SDK retries off)
-and decodes the SSE chunks itself, assembling tool-call fragments by their ``index``.
+builds the request JSON itself and posts it straight to its connection pool, with the
+authentication, base URL and headers the ``openai`` SDK would use (the SDK is not imported),
+or through the ``post()`` of an SDK client passed as ``client=`` (its retries off); it decodes
+the SSE chunks itself, assembling tool-call fragments by their ``index``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import os
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import httpx2
-import openai
 
 from ..errors import ConfigurationError, ResponseInvalid, StreamIncomplete
 from ..events import StreamDelta, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallStarted
@@ -35,14 +36,15 @@ from ..messages import (
     ToolCallPart,
     media_base64,
 )
+from ._endpoint import openai_endpoint, sdk_key_source
 from ._http import (
     DEFAULT_MAX_BLOCKS,
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_MAX_RESPONSE_BYTES,
     HTTPProvider,
     SDKErrors,
+    Transport,
     WireLimits,
-    default_pool,
     stream_error,
 )
 from ._options import OPENAI_SETTINGS, openai_fields, openai_response_format, settings_extra
@@ -64,6 +66,8 @@ from ._wire import (
 from ._wire import loads as _loads
 
 if TYPE_CHECKING:
+    import openai
+
     from ..pacing import Pacer
 
 __all__ = ["OpenAIProvider"]
@@ -79,14 +83,47 @@ _FINISH_REASONS: dict[str, StopReason] = {
 OPENROUTER_BASE_URL = "https://openrouter.ai/api/v1"
 VLLM_BASE_URL = "http://localhost:8000/v1"
 OLLAMA_BASE_URL = "http://localhost:11434/v1"
+_PLACEHOLDER_KEY = "the placeholder key {key!r} (no api_key= was given)"
 
 
-_ERRORS = SDKErrors(
-    status=openai.APIStatusError,
-    timeout=openai.APITimeoutError,
-    connection=openai.APIConnectionError,
-    base=openai.OpenAIError,
-)
+def _sdk_errors() -> SDKErrors:
+    import openai
+
+    return SDKErrors(
+        status=openai.APIStatusError,
+        timeout=openai.APITimeoutError,
+        connection=openai.APIConnectionError,
+        base=openai.OpenAIError,
+    )
+
+
+def _from_client(
+    client: Any,
+    api_key: str | None,
+    base_url: str | None,
+    http_client: httpx2.AsyncClient | None,
+    timeout: float | httpx2.Timeout | None,
+    default_headers: dict[str, str] | None,
+) -> tuple[Any, str]:
+    """``client`` with fanloop's options (its retries off), and where its key came from."""
+    if api_key is not None or base_url is not None or http_client is not None:
+        raise ConfigurationError(
+            "client= brings its own key, base URL and pool: leave out api_key=, base_url= "
+            "and http_client= (give them to the client)"
+        )
+    import openai
+
+    if not isinstance(client, openai.AsyncOpenAI):
+        raise ConfigurationError(
+            f"client= takes an openai.AsyncOpenAI, not {type(client).__name__}"
+        )
+    options: dict[str, Any] = {"max_retries": 0}
+    if timeout is not None:
+        options["timeout"] = timeout
+    if default_headers:
+        options["default_headers"] = default_headers
+    source = sdk_key_source(client.api_key, ("OPENAI_API_KEY",), "OpenAIProvider")
+    return client.with_options(**options), source
 
 
 class OpenAIProvider(HTTPProvider):
@@ -94,23 +131,37 @@ class OpenAIProvider(HTTPProvider):
 
     Args:
         model: the model name, e.g. ``"gpt-4.1"``.
-        api_key: the API key; the SDK reads ``OPENAI_API_KEY`` when it is ``None``.
-        base_url: the API root *including* ``/v1`` (the SDK reads ``OPENAI_BASE_URL`` when
-            ``None``); any OpenAI-compatible server.
+        api_key: the API key, sent as ``Authorization: Bearer``; when ``None``,
+            ``OPENAI_API_KEY`` is read.
+        base_url: the API root *including* ``/v1`` (when ``None``, ``OPENAI_BASE_URL``, else
+            ``https://api.openai.com/v1``); any OpenAI-compatible server.
         http_client: an ``httpx2.AsyncClient`` to use as the connection pool; shareable, never
-            closed by this provider. Without one the provider creates (and closes) its own.
+            closed by this provider, to be used from one event loop. Without one the provider
+            creates its own pools, one per event loop that uses it, and closes them in
+            :meth:`aclose` or when their loop shuts down.
+        client: an ``openai.AsyncOpenAI`` to send requests through instead (for credentials
+            only the SDK resolves, e.g. workload identity or a key callable). Its key, base URL
+            and pool are used as they are (leave out ``api_key``, ``base_url`` and
+            ``http_client``); it is never closed by this provider.
         timeout: seconds (or an ``httpx2.Timeout``) for each request.
         name: the provider name reported in responses (the presets set it).
         max_tokens_field: the body field for the output budget: ``"max_completion_tokens"``
             (OpenAI) or ``"max_tokens"`` (older compatible servers).
         include_usage: ask for usage in streams (``stream_options.include_usage``).
-        default_headers: extra headers for every request.
+        default_headers: extra headers for every request. The plain provider (not a preset)
+            also sends ``OPENAI_ORG_ID``, ``OPENAI_PROJECT_ID`` and ``OPENAI_CUSTOM_HEADERS``
+            as the SDK does.
         extra_body: fields merged into every request body.
         max_response_bytes: the largest response body, streamed or not (default 64 MiB).
         max_frame_bytes: the largest stream event (default 16 MiB).
         max_blocks: the most tool calls in one response (default 1024).
         pacing: a :class:`~fanloop.pacing.Pacing` or :class:`~fanloop.pacing.RedisPacing`
             budget every call waits for (see ``docs/pacing.md``).
+        transport: how the provider's own pools move bytes: ``"aiohttp"`` (best with
+            hundreds of requests in flight; ~70 ms to import), ``"httpx"`` (``httpx2``'s own
+            pool), or ``"auto"`` (aiohttp when installed and no proxy is configured;
+            ``FANLOOP_HTTP_TRANSPORT`` overrides it). Unused with ``http_client`` or
+            ``client``.
 
     Everything the server sends is checked: a malformed or out-of-range value is
     :class:`~fanloop.errors.ResponseInvalid`, a response over a cap is a ``ResponseInvalid``
@@ -139,6 +190,7 @@ class OpenAIProvider(HTTPProvider):
         api_key: str | None = None,
         base_url: str | None = None,
         http_client: httpx2.AsyncClient | None = None,
+        client: openai.AsyncOpenAI | None = None,
         timeout: float | httpx2.Timeout | None = None,
         name: str = "openai",
         max_tokens_field: str = "max_completion_tokens",
@@ -149,40 +201,34 @@ class OpenAIProvider(HTTPProvider):
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_blocks: int = DEFAULT_MAX_BLOCKS,
         pacing: Pacer | None = None,
+        transport: Transport = "auto",
     ) -> None:
         if not model:
             raise ConfigurationError("OpenAIProvider needs a model name")
         limits = WireLimits(max_response_bytes, max_frame_bytes, max_blocks)
-        if api_key is None and not os.environ.get("OPENAI_API_KEY"):
-            raise ConfigurationError(
-                "OpenAIProvider needs an API key: pass api_key= or set OPENAI_API_KEY"
-            )
         self.name = name
         self.model = model
         self._max_tokens_field = max_tokens_field
         self._include_usage = include_usage
         self._extra_body = dict(extra_body or {})
-        owns_client = http_client is None
-        options: dict[str, Any] = {}
-        if timeout is not None:
-            options["timeout"] = timeout
-        if base_url is not None:
-            options["base_url"] = base_url
-        if http_client is None:
-            http_client = default_pool(openai.DefaultAsyncHttpxClient, timeout)
-        try:
-            client = openai.AsyncOpenAI(
-                api_key=api_key,
-                max_retries=0,
-                default_headers=default_headers,
-                http_client=http_client,
-                **options,
+        if client is not None:
+            sdk, source = _from_client(
+                client, api_key, base_url, http_client, timeout, default_headers
             )
-        except (openai.OpenAIError, TypeError) as exc:
-            raise ConfigurationError(f"cannot configure the OpenAI client: {exc}") from None
-        super().__init__(
-            client, owns_client=owns_client, errors=_ERRORS, limits=limits, pacing=pacing
-        )
+            super().__init__(
+                sdk, sdk_errors=_sdk_errors(), key_source=source, limits=limits, pacing=pacing
+            )
+        else:
+            endpoint, source = openai_endpoint(
+                api_key=api_key,
+                base_url=base_url,
+                http_client=http_client,
+                timeout=timeout,
+                default_headers=default_headers,
+                name=name,
+                transport=transport,
+            )
+            super().__init__(endpoint, key_source=source, limits=limits, pacing=pacing)
         self._messages: MessageCache[Message] = MessageCache(self._render_message)
         self._tools = ToolsCache()
 
@@ -208,7 +254,10 @@ class OpenAIProvider(HTTPProvider):
             )
         options.setdefault("name", "openrouter")
         options.setdefault("max_tokens_field", "max_tokens")
-        return cls(model, api_key=key, base_url=base_url, **options)
+        provider = cls(model, api_key=key, base_url=base_url, **options)
+        if api_key is None and "client" not in options:
+            provider._key_source = "the key in OPENROUTER_API_KEY"
+        return provider
 
     @classmethod
     def vllm(
@@ -222,7 +271,10 @@ class OpenAIProvider(HTTPProvider):
         """A model served by vLLM's OpenAI-compatible server (no key needed by default)."""
         options.setdefault("name", "vllm")
         options.setdefault("max_tokens_field", "max_tokens")
-        return cls(model, api_key=api_key or "EMPTY", base_url=base_url, **options)
+        provider = cls(model, api_key=api_key or "EMPTY", base_url=base_url, **options)
+        if api_key is None:
+            provider._key_source = _PLACEHOLDER_KEY.format(key="EMPTY")
+        return provider
 
     @classmethod
     def ollama(
@@ -236,7 +288,10 @@ class OpenAIProvider(HTTPProvider):
         """A model served by Ollama's OpenAI-compatible endpoint."""
         options.setdefault("name", "ollama")
         options.setdefault("max_tokens_field", "max_tokens")
-        return cls(model, api_key=api_key or "ollama", base_url=base_url, **options)
+        provider = cls(model, api_key=api_key or "ollama", base_url=base_url, **options)
+        if api_key is None:
+            provider._key_source = _PLACEHOLDER_KEY.format(key="ollama")
+        return provider
 
     # -- encoding ---------------------------------------------------------------------------
 

@@ -228,18 +228,37 @@ def _validator_of(tool: Tool) -> Any:
     schema = tool.parameters
     if cached is not None and cached[0] is schema:
         return cached[1]
+    shared = _VALIDATORS.get(id(schema))
+    if shared is not None and shared[0] is schema:  # another instance of the same tool class
+        validator = shared[1]
+    else:
+        validator = _compile(tool, schema)
+        if len(_VALIDATORS) >= MAX_VALIDATORS:
+            _VALIDATORS.pop(next(iter(_VALIDATORS)), None)
+        _VALIDATORS[id(schema)] = (schema, validator)
+    tool.__dict__["_fanloop_validator"] = (schema, validator)
+    return validator
+
+
+def _compile(tool: Tool, schema: Any) -> Any:
     from jsonschema import Draft202012Validator, SchemaError, validators
 
     cls = validators.validator_for(schema, default=Draft202012Validator)
     try:
-        cls.check_schema(schema)
+        cls.check_schema(schema)  # most of the cost: the schema checked against its metaschema
     except SchemaError as exc:
         raise ConfigurationError(
             f"tool {tool.name!r} has an invalid parameters schema: {exc.message}"
         ) from None
-    validator = cls(schema)
-    tool.__dict__["_fanloop_validator"] = (schema, validator)
-    return validator
+    return cls(schema)
+
+
+_VALIDATORS: dict[int, tuple[Any, Any]] = {}
+"""id of a parameters schema -> (the schema, its validator): tools of one class share their
+class's schema object, so a fresh instance (a new agent's tool set) skips the checking. The
+schema is held, so its id cannot be reused while the entry lives."""
+MAX_VALIDATORS = 256
+"""How many schemas keep a shared validator; the oldest is dropped past that."""
 
 
 def to_result(value: Any) -> ToolResult:

@@ -1,0 +1,167 @@
+"""Cold start: from process start to the first request byte at the server.
+
+``python benchmarks/bench_startup.py [--repeats N] [--env NAME=VALUE]`` starts
+``fanloop run "hi"`` as a subprocess against a FakeLLMServer (in this process, on loopback)
+and measures, per run, the time from just before the subprocess is spawned to the moment the
+server has the request in hand, and to the moment the process has exited. The baseline is the
+same request made by a minimal script on the vendor's SDK (``AsyncAnthropic().messages.create``
+/ ``AsyncOpenAI().chat.completions.create``), started the same way. The children keep their
+bytecode in a private cache, warmed by an untimed run, as an installed package does.
+
+For where the time goes: ``python -X importtime -m fanloop run hi 2> imports.txt``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import Row, table
+from fanloop.testing import FakeLLMServer
+
+_SDK_DIRECT = {
+    "anthropic": (
+        "import asyncio, os, anthropic\n"
+        "async def main():\n"
+        "    c = anthropic.AsyncAnthropic(base_url=os.environ['ANTHROPIC_BASE_URL'])\n"
+        "    await c.messages.create(model='claude-sonnet-4-5', max_tokens=64,\n"
+        "        messages=[{'role': 'user', 'content': 'hi'}])\n"
+        "    await c.close()\n"
+        "asyncio.run(main())\n"
+    ),
+    "openai": (
+        "import asyncio, os, openai\n"
+        "async def main():\n"
+        "    c = openai.AsyncOpenAI(base_url=os.environ['OPENAI_BASE_URL'])\n"
+        "    await c.chat.completions.create(model='gpt-4.1',\n"
+        "        messages=[{'role': 'user', 'content': 'hi'}])\n"
+        "    await c.close()\n"
+        "asyncio.run(main())\n"
+    ),
+}
+
+
+_EXTRA: list[str] = []
+
+
+class _TimedServer(FakeLLMServer):
+    """A FakeLLMServer that notes when each request arrived (``time.perf_counter()``)."""
+
+    def __init__(self) -> None:
+        super().__init__(responder=lambda body: "Hello!", record=False)
+        self.arrivals: list[float] = []
+        self.arrived = threading.Event()
+
+    async def _respond(self, *args: Any) -> bool:
+        self.arrivals.append(time.perf_counter())
+        self.arrived.set()
+        return await super()._respond(*args)
+
+
+_PYCACHE = tempfile.mkdtemp(prefix="fanloop-bench-pycache-")
+
+
+def _environment(server: _TimedServer, vendor: str, **extra: str) -> dict[str, str]:
+    """The children's environment: the server's URLs, and bytecode cached (in a private
+    directory, warmed by an untimed run) as for an installed package, whatever
+    ``PYTHONDONTWRITEBYTECODE`` says in a development shell."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("LLM_", "ANTHROPIC_", "OPENAI_", "FANLOOP_"))
+        and k.lower() not in ("http_proxy", "https_proxy", "all_proxy")
+        and k != "PYTHONDONTWRITEBYTECODE"
+    }
+    env.update(
+        PYTHONPYCACHEPREFIX=_PYCACHE,
+        LLM_PROVIDER=vendor,
+        ANTHROPIC_API_KEY="sk-ant-bench",
+        ANTHROPIC_BASE_URL=server.anthropic_base_url,
+        OPENAI_API_KEY="sk-bench",
+        OPENAI_BASE_URL=server.openai_base_url,
+        NO_COLOR="1",
+    )
+    env.update(extra)
+    return env
+
+
+def _once(server: _TimedServer, argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(seconds to the first request, seconds to exit) of one process."""
+    server.arrivals.clear()
+    server.arrived.clear()
+    with tempfile.TemporaryDirectory() as root:
+        started = time.perf_counter()
+        proc = subprocess.run(argv, env=env, cwd=root, capture_output=True, text=True)
+        ended = time.perf_counter()
+    if proc.returncode != 0 or not server.arrivals:
+        raise RuntimeError(f"{argv[:3]} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return server.arrivals[0] - started, ended - started
+
+
+def cold_start(repeats: int, vendors: tuple[str, ...] = ("anthropic", "openai")) -> list[Row]:
+    """Median time to the first request byte of ``fanloop run`` and of SDK-direct."""
+    rows: list[Row] = []
+    server = _TimedServer()
+    with server:
+        for vendor in vendors:
+            env = _environment(server, vendor, **dict(e.split("=", 1) for e in _EXTRA))
+            ours_argv = [sys.executable, "-m", "fanloop", "run", "hi"]
+            base_argv = [sys.executable, "-c", _SDK_DIRECT[vendor]]
+            ours: list[tuple[float, float]] = []
+            base: list[tuple[float, float]] = []
+            _once(server, ours_argv, env)  # untimed: fills the bytecode cache
+            _once(server, base_argv, env)
+            for _ in range(repeats):  # interleaved, so that drift hits both alike
+                ours.append(_once(server, ours_argv, env))
+                base.append(_once(server, base_argv, env))
+            workload = f"`fanloop run` cold start, {vendor} (baseline: SDK-direct script)"
+            first = statistics.median(t for t, _ in ours)
+            rows += [
+                Row(
+                    workload,
+                    "process start → first request at the server (median)",
+                    first * 1e3,
+                    statistics.median(t for t, _ in base) * 1e3,
+                    "ms",
+                    "< 400 ms",
+                    first < 0.4,
+                ),
+                Row(
+                    workload,
+                    "process start → first request at the server (best run)",
+                    min(t for t, _ in ours) * 1e3,
+                    min(t for t, _ in base) * 1e3,
+                    "ms",
+                ),
+                Row(
+                    workload,
+                    "process start → exit (median)",
+                    statistics.median(t for _, t in ours) * 1e3,
+                    statistics.median(t for _, t in base) * 1e3,
+                    "ms",
+                ),
+            ]
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for the runs")
+    args = parser.parse_args()
+    _EXTRA.extend(args.env)
+    print(table(cold_start(args.repeats)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,260 @@
+"""Where a provider sends its requests, and with which headers: worked out once, at construction.
+
+A provider given no SDK client sends its prebuilt JSON straight to the connection pool: the
+vendor SDK is not imported at all (``import anthropic`` alone takes a second or more). The
+authentication, base URL and headers are the ones the SDK would use, read from the same
+arguments and environment variables (see :func:`anthropic_endpoint` and
+:func:`openai_endpoint`); every request then costs one ``build_request`` and one ``send``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import httpx2
+
+from .. import __version__
+from ..errors import ConfigurationError
+from ._http import DEFAULT_TIMEOUT, Transport, create_pool, no_trust_context, ssl_context
+from ._pools import LoopPools
+
+__all__ = [
+    "ANTHROPIC_API_VERSION",
+    "Endpoint",
+    "anthropic_endpoint",
+    "openai_endpoint",
+    "sdk_key_source",
+]
+
+ANTHROPIC_API_VERSION = "2026-10-21"
+"""The ``anthropic-version`` header the ``anthropic`` SDK sends (``anthropic._constants``)."""
+
+ANTHROPIC_URL = "https://api.anthropic.com"
+OPENAI_URL = "https://api.openai.com/v1"
+
+_USER_AGENT = f"fanloop/{__version__}"
+_HTTPX_DEFAULT_TIMEOUT = httpx2.Timeout(5.0)
+
+
+@dataclass(slots=True)
+class Endpoint:
+    """One provider's request target: URL, headers, timeout and connection pool(s).
+
+    Attributes:
+        base_url: the API root, ending in ``/`` (as the SDKs keep it).
+        url: the URL every request is posted to.
+        headers: every request's headers (authentication included).
+        timeout: the per-request timeout.
+        borrowed: the pool passed as ``http_client`` (never closed here), else ``None``.
+        pools: the provider's own pools, one per event loop, when nothing was borrowed.
+    """
+
+    base_url: httpx2.URL
+    url: str
+    headers: dict[str, str]
+    timeout: httpx2.Timeout | float | None
+    borrowed: httpx2.AsyncClient | None
+    pools: LoopPools | None
+
+    async def pool(self) -> httpx2.AsyncClient:
+        """The pool for a request sent from the running event loop."""
+        if self.borrowed is not None:
+            return self.borrowed
+        assert self.pools is not None
+        return await self.pools.get()
+
+    @property
+    def _client(self) -> httpx2.AsyncClient | None:
+        """The pool the running loop uses, if there is one yet (as ``sdk_client._client``)."""
+        if self.borrowed is not None:
+            return self.borrowed
+        assert self.pools is not None
+        return self.pools.current()
+
+    async def aclose(self) -> None:
+        """Close the provider's own pools (a borrowed one stays open)."""
+        if self.pools is not None:
+            await self.pools.aclose()
+
+    def __repr__(self) -> str:  # never the headers: they carry the key
+        return f"Endpoint({self.url!r})"
+
+
+def _endpoint(
+    base_url: str,
+    path: str,
+    headers: dict[str, str],
+    timeout: httpx2.Timeout | float | None,
+    http_client: httpx2.AsyncClient | None,
+    vendor: str,
+    transport: Transport,
+) -> Endpoint:
+    try:
+        url = httpx2.URL(base_url)
+    except (httpx2.InvalidURL, TypeError) as exc:
+        raise ConfigurationError(f"{vendor} base_url {base_url!r} is not a URL: {exc}") from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise ConfigurationError(
+            f"{vendor} base_url must be an http:// or https:// URL with a host, not {base_url!r}"
+        )
+    raw, sep, query = url.raw_path.partition(b"?")
+    if not raw.endswith(b"/"):
+        url = url.copy_with(raw_path=raw + b"/" + sep + query)
+        raw += b"/"
+    target = url.copy_with(raw_path=raw + path.lstrip("/").encode() + sep + query)
+    if transport not in ("auto", "aiohttp", "httpx"):
+        raise ConfigurationError(
+            f"transport must be 'auto', 'aiohttp' or 'httpx', not {transport!r}"
+        )
+    if http_client is not None and not isinstance(http_client, httpx2.AsyncClient):
+        raise ConfigurationError(
+            f"http_client must be an httpx2.AsyncClient, not {type(http_client).__name__}"
+        )
+    if timeout is None:
+        # As the SDKs do: a borrowed pool's own timeout, unless it is httpx2's 5 s default.
+        own = http_client.timeout if http_client is not None else None
+        timeout = own if own is not None and own != _HTTPX_DEFAULT_TIMEOUT else DEFAULT_TIMEOUT
+    pools = None
+    if http_client is None:
+        pool_timeout = timeout
+        https = url.scheme == "https"
+
+        def factory() -> httpx2.AsyncClient:
+            # A plain-http endpoint needs no trust store (building fanloop's costs ~40 ms at
+            # start-up): its pools trust no certificate, so a redirect to https fails closed.
+            verify = ssl_context() if https else no_trust_context()
+            return create_pool(timeout=pool_timeout, transport=transport, verify=verify)
+
+        pools = LoopPools(factory)
+    return Endpoint(
+        base_url=url,
+        url=str(target),
+        headers=headers,
+        timeout=timeout,
+        borrowed=http_client,
+        pools=pools,
+    )
+
+
+def _custom_headers(variable: str) -> dict[str, str]:
+    """``Name: value`` lines of an environment variable (the SDKs' ``*_CUSTOM_HEADERS``)."""
+    parsed: dict[str, str] = {}
+    for line in os.environ.get(variable, "").split("\n"):
+        name, colon, value = line.partition(":")
+        if colon and name.strip():
+            parsed[name.strip()] = value.strip()
+    return parsed
+
+
+def _base_headers(key: str | None) -> dict[str, str]:
+    headers = {
+        "Accept": "application/json",
+        "Content-Type": "application/json",
+        "User-Agent": _USER_AGENT,
+        # What the SDKs send on a first attempt: their retries are off, fanloop owns them.
+        "X-Stainless-Retry-Count": "0",
+    }
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    return headers
+
+
+def _merge(headers: dict[str, str], extra: Mapping[str, str] | None) -> dict[str, str]:
+    if extra:
+        lowered = {name.lower() for name in extra}
+        headers = {k: v for k, v in headers.items() if k.lower() not in lowered}
+        headers.update(extra)
+    return headers
+
+
+def anthropic_endpoint(
+    *,
+    api_key: str | None,
+    base_url: str | None,
+    http_client: httpx2.AsyncClient | None,
+    timeout: httpx2.Timeout | float | None,
+    default_headers: Mapping[str, str] | None,
+    transport: Transport = "auto",
+) -> tuple[Endpoint, str]:
+    """The Messages API endpoint, and where its key came from (for error messages).
+
+    The key: ``api_key``, else ``ANTHROPIC_API_KEY``, else ``ANTHROPIC_AUTH_TOKEN``, sent as
+    ``Authorization: Bearer`` (as the SDK does). The base URL: ``base_url``, else
+    ``ANTHROPIC_BASE_URL``, else ``https://api.anthropic.com``. Headers: ``anthropic-version``,
+    then ``ANTHROPIC_CUSTOM_HEADERS``, then ``default_headers``.
+
+    Raises:
+        ConfigurationError: no key, or a base URL that is not an http(s) URL.
+    """
+    source = "the api_key passed to AnthropicProvider"
+    if api_key is None:
+        for variable in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"):
+            api_key = os.environ.get(variable) or None
+            if api_key:
+                source = f"the key in {variable}"
+                break
+        else:
+            raise ConfigurationError(
+                "AnthropicProvider needs an API key: pass api_key= or set ANTHROPIC_API_KEY"
+            )
+    headers = _base_headers(api_key)
+    headers["anthropic-version"] = ANTHROPIC_API_VERSION
+    headers = _merge(headers, _custom_headers("ANTHROPIC_CUSTOM_HEADERS"))
+    headers = _merge(headers, default_headers)
+    url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or ANTHROPIC_URL
+    return _endpoint(
+        url, "/v1/messages", headers, timeout, http_client, "Anthropic", transport
+    ), source
+
+
+def openai_endpoint(
+    *,
+    api_key: str | None,
+    base_url: str | None,
+    http_client: httpx2.AsyncClient | None,
+    timeout: httpx2.Timeout | float | None,
+    default_headers: Mapping[str, str] | None,
+    name: str,
+    transport: Transport = "auto",
+) -> tuple[Endpoint, str]:
+    """The Chat Completions endpoint, and where its key came from (for error messages).
+
+    The key: ``api_key``, else ``OPENAI_API_KEY``, sent as ``Authorization: Bearer``. The base
+    URL: ``base_url``, else ``OPENAI_BASE_URL``, else ``https://api.openai.com/v1``. For the
+    plain provider (``name="openai"``), ``OPENAI_ORG_ID`` / ``OPENAI_PROJECT_ID`` and
+    ``OPENAI_CUSTOM_HEADERS`` add headers, as the SDK does; presets (OpenRouter, vLLM,
+    Ollama) do not send OpenAI's environment to another server. ``default_headers`` come last.
+
+    Raises:
+        ConfigurationError: no key, or a base URL that is not an http(s) URL.
+    """
+    source = "the api_key passed to OpenAIProvider"
+    if api_key is None:
+        api_key = os.environ.get("OPENAI_API_KEY") or None
+        if not api_key:
+            raise ConfigurationError(
+                "OpenAIProvider needs an API key: pass api_key= or set OPENAI_API_KEY"
+            )
+        source = "the key in OPENAI_API_KEY"
+    headers = _base_headers(api_key)
+    if name == "openai":
+        if organization := os.environ.get("OPENAI_ORG_ID"):
+            headers["OpenAI-Organization"] = organization
+        if project := os.environ.get("OPENAI_PROJECT_ID"):
+            headers["OpenAI-Project"] = project
+        headers = _merge(headers, _custom_headers("OPENAI_CUSTOM_HEADERS"))
+    headers = _merge(headers, default_headers)
+    url = base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_URL
+    return _endpoint(
+        url, "/chat/completions", headers, timeout, http_client, "OpenAI", transport
+    ), source
+
+
+def sdk_key_source(key: object, variables: tuple[str, ...], owner: str) -> str:
+    """Where the key of an SDK client passed as ``client=`` came from, in words."""
+    for variable in variables:
+        if isinstance(key, str) and key and key == os.environ.get(variable):
+            return f"the key in {variable} (read by the client passed to {owner})"
+    return f"the credentials of the client passed to {owner}"

@@ -1,0 +1,149 @@
+"""Connection pools that follow the event loop: one per loop, made on first use in it.
+
+A connection pool is bound to the event loop that opened its connections (an ``aiohttp``
+session is bound to it from the start). A provider that kept one pool would fail with "Event
+loop is closed" in the second ``asyncio.run()`` of a script, and could not serve two threads
+that each run their own loop. :class:`LoopPools` keeps one pool per running loop instead:
+
+- the pool of a loop is made by the first request sent from that loop;
+- it is closed inside its loop when the loop shuts down (``asyncio.run()`` and ``anyio.run()``
+  finalize async generators before closing the loop, and a small async generator started in
+  the loop holds the pool), or by :meth:`LoopPools.aclose`, or when the loop finalizes that
+  generator after the provider is garbage-collected;
+- the pool of a loop that was closed without that shutdown step is dropped.
+
+Looking up the current loop's pool is one identity check in the common case (the same loop as
+the last request).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncGenerator, Callable
+from typing import Any
+
+import httpx2
+
+__all__ = ["LoopPools"]
+
+
+def _running_loop() -> object:
+    """A key for the running event loop (the loop itself under asyncio)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:  # another backend: one pool for all of its runs
+        return _OTHER
+
+
+_OTHER = object()
+
+
+class LoopPools:
+    """The connection pools of one provider, one per event loop.
+
+    Args:
+        factory: makes a new pool; called in the loop that will use it.
+    """
+
+    __slots__ = ("_entries", "_factory", "_last", "_lock")
+
+    def __init__(self, factory: Callable[[], httpx2.AsyncClient]) -> None:
+        self._factory = factory
+        self._lock = threading.Lock()
+        # loop -> (pool, the async generator that closes it when the loop shuts down)
+        self._entries: dict[object, tuple[httpx2.AsyncClient, AsyncGenerator[None, None]]] = {}
+        self._last: tuple[object, httpx2.AsyncClient] | None = None  # read and set atomically
+
+    async def get(self) -> httpx2.AsyncClient:
+        """The pool of the running loop, made now if this loop has none yet."""
+        loop = _running_loop()
+        last = self._last
+        if last is not None and last[0] is loop:
+            return last[1]
+        return await self._open(loop)
+
+    def current(self) -> httpx2.AsyncClient | None:
+        """The pool of the running loop, if it has one (for inspection)."""
+        entry = self._entries.get(_running_loop())
+        return entry[0] if entry is not None else None
+
+    async def _open(self, loop: object) -> httpx2.AsyncClient:
+        keeper: AsyncGenerator[None, None] | None = None
+        with self._lock:
+            self._drop_dead()
+            entry = self._entries.get(loop)
+            if entry is None:
+                pool = self._factory()
+                keeper = _keeper(self, loop, pool)
+                self._entries[loop] = (pool, keeper)
+            else:
+                pool = entry[0]
+            self._last = (loop, pool)
+        if keeper is not None:
+            # Started in this loop, the generator is finalized by it: at shutdown
+            # (shutdown_asyncgens), or soon after it is garbage-collected.
+            await keeper.asend(None)
+        return pool
+
+    def _drop_dead(self) -> None:
+        """Forget the pools of loops that were closed without finalizing them."""
+        for loop in [k for k in self._entries if isinstance(k, asyncio.AbstractEventLoop)]:
+            if loop.is_closed():
+                del self._entries[loop]
+        last = self._last
+        if last is not None and last[0] not in self._entries:
+            self._last = None
+
+    def _forget(self, loop: object, pool: httpx2.AsyncClient) -> None:
+        with self._lock:
+            entry = self._entries.get(loop)
+            if entry is not None and entry[0] is pool:
+                del self._entries[loop]
+            last = self._last
+            if last is not None and last[1] is pool:
+                self._last = None
+
+    async def aclose(self) -> None:
+        """Close every pool: the running loop's now, other live loops' in their own loop.
+
+        The provider stays usable: the next request opens a new pool.
+        """
+        here = _running_loop()
+        with self._lock:
+            entries = list(self._entries.items())
+            self._entries.clear()
+            self._last = None
+        for loop, (_pool, keeper) in entries:
+            if loop is here:
+                await keeper.aclose()
+            elif isinstance(loop, asyncio.AbstractEventLoop) and not loop.is_closed():
+                with contextlib.suppress(RuntimeError):  # closed in the meantime
+                    loop.call_soon_threadsafe(_close_in_loop, keeper)
+
+
+async def _keeper(
+    pools: LoopPools, loop: object, pool: httpx2.AsyncClient
+) -> AsyncGenerator[None, None]:
+    """Holds ``pool`` open until its loop finalizes this generator, then closes it."""
+    try:
+        yield
+    finally:
+        pools._forget(loop, pool)
+        await pool.aclose()
+
+
+def _close_in_loop(keeper: AsyncGenerator[None, None]) -> None:
+    """Close ``keeper`` (and so its pool) in the loop this runs in, as a task of its own."""
+    task = asyncio.get_running_loop().create_task(_close_quietly(keeper))
+    _closing.add(task)  # held until done: a task nobody references may be collected
+    task.add_done_callback(_closing.discard)
+
+
+async def _close_quietly(keeper: AsyncGenerator[None, None]) -> None:
+    with contextlib.suppress(Exception):  # nobody waits for this close to report to
+        await keeper.aclose()
+
+
+_closing: set[asyncio.Task[Any]] = set()

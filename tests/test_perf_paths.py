@@ -1,0 +1,196 @@
+"""The shortcuts of the performance work keep behaviour: one idle timer per event loop still
+times out each stream on its own clock; output shapes made once per type are the right ones."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+import anyio
+import pydantic
+import pytest
+
+from fanloop import Agent, ModelSettings, RetryPolicy, TerminationReason, Tool
+from fanloop._output import OutputSpec
+from fanloop._settings import NO_SETTINGS
+from fanloop.errors import ConfigurationError, ProviderTimeout, ToolError
+from fanloop.events import TextDelta
+from fanloop.providers import ModelRequest, ModelResponse, StopReason, Usage
+from fanloop.testing import ScriptedProvider, reply
+
+
+class Streams:
+    """Streams ``n`` deltas ``gap`` seconds apart, then answers; ``n=None`` never sends one."""
+
+    name = "streams"
+    model = "streams-model"
+
+    def __init__(self, n: int | None, gap: float = 0.0) -> None:
+        self.n = n
+        self.gap = gap
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:  # pragma: no cover
+        raise NotImplementedError
+
+    @asynccontextmanager
+    async def stream(self, request: ModelRequest) -> AsyncIterator[AsyncIterator[Any]]:
+        async def events() -> AsyncIterator[Any]:
+            if self.n is None:
+                await anyio.Event().wait()
+            for _ in range(self.n or 0):
+                await anyio.sleep(self.gap)
+                yield TextDelta("x")
+            yield ModelResponse(
+                content=reply("done").content,
+                stop_reason=StopReason.END_TURN,
+                usage=Usage(),
+                model=self.model,
+                provider=self.name,
+            )
+
+        yield events()
+
+
+def _agent(provider: Any, idle: float) -> Agent[Any, Any]:
+    return Agent(provider, retry=RetryPolicy(max_retries=0, stream_idle_timeout=idle))
+
+
+async def test_streams_on_one_loop_each_time_out_on_their_own_clock() -> None:
+    """A stream with a short idle timeout started after one with a long timeout is cut at
+    its own deadline; the long one and a live one run on; a later silent one is cut too."""
+    outcomes: dict[str, Any] = {}
+
+    async def run(label: str, agent: Agent[Any, Any]) -> None:
+        started = time.monotonic()
+        try:
+            result = await agent.run("go")
+            outcomes[label] = (result.termination_reason, time.monotonic() - started)
+        except ProviderTimeout:
+            outcomes[label] = ("timeout", time.monotonic() - started)
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run, "silent, 30 s", _agent(Streams(None), 30))
+            tg.start_soon(run, "live, 0.3 s", _agent(Streams(12, 0.1), 0.3))
+            await anyio.sleep(0.05)
+            tg.start_soon(run, "silent, 0.2 s", _agent(Streams(None), 0.2))
+            await anyio.sleep(0.5)
+            tg.start_soon(run, "silent again, 0.2 s", _agent(Streams(None), 0.2))
+            while len(outcomes) < 3:
+                await anyio.sleep(0.05)
+            tg.cancel_scope.cancel()  # the 30 s one has made its point by still waiting
+    assert outcomes["silent, 0.2 s"][0] == "timeout"
+    assert outcomes["silent, 0.2 s"][1] < 5
+    assert outcomes["silent again, 0.2 s"][0] == "timeout"
+    assert outcomes["live, 0.3 s"][0] is TerminationReason.COMPLETED
+    assert "silent, 30 s" not in outcomes
+
+
+async def test_many_silent_streams_all_time_out() -> None:
+    results: list[str] = []
+
+    async def run() -> None:
+        try:
+            await _agent(Streams(None), 0.2).run("go")
+        except ProviderTimeout:
+            results.append("timeout")
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            for _ in range(50):
+                tg.start_soon(run)
+    assert results == ["timeout"] * 50
+
+
+def test_an_output_type_is_made_once_and_shared() -> None:
+    @dataclass
+    class Invoice:
+        total: int
+
+    first, second = OutputSpec(Invoice), OutputSpec(Invoice, retries=3)
+    assert first.adapter is second.adapter
+    assert first.parameters is second.parameters
+    assert second.retries == 3
+    assert first.parse_arguments({"total": 3}) == Invoice(3)
+
+
+def test_equal_but_different_types_get_their_own_schema() -> None:
+    """``int | str == str | int``, but the schemas list the variants in their own order."""
+    left = OutputSpec(int | str).parameters["properties"]["response"]["anyOf"]
+    right = OutputSpec(str | int).parameters["properties"]["response"]["anyOf"]
+    assert [v["type"] for v in left] == ["integer", "string"]
+    assert [v["type"] for v in right] == ["string", "integer"]
+
+
+def test_types_of_the_same_name_are_not_confused() -> None:
+    def make(field: str) -> type:
+        return pydantic.create_model("Answer", **{field: (int, ...)})
+
+    a, b = OutputSpec(make("x")), OutputSpec(make("y"))
+    assert list(a.parameters["properties"]) == ["x"]
+    assert list(b.parameters["properties"]) == ["y"]
+
+
+def test_unhashable_and_unusable_output_types() -> None:
+    spec = OutputSpec(Annotated[int, pydantic.Field(gt=0)])
+    assert spec.parse_arguments({"response": 3}) == 3
+    assert OutputSpec(Literal["a", "b"]).wrapped
+    with pytest.raises(ConfigurationError, match="cannot be used"):
+        OutputSpec(object())
+
+
+def test_a_text_output_needs_no_adapter_until_asked() -> None:
+    spec = Agent(ScriptedProvider([])).output
+    assert spec.is_text and spec.name == "str"
+    assert spec.dump("hi") == "hi"
+    assert spec.adapter.validate_python("x") == "x"  # made on first use
+    assert spec.parameters["properties"]["response"] == {"type": "string"}
+
+
+def test_agents_without_settings_share_the_empty_ones() -> None:
+    plain = Agent(ScriptedProvider([]))
+    assert plain.model_settings is NO_SETTINGS
+    assert plain.model_settings == ModelSettings()
+    tuned = Agent(ScriptedProvider([]), temperature=0.5)
+    assert tuned.model_settings.temperature == 0.5
+    assert ModelSettings() == NO_SETTINGS  # untouched by the shortcut
+    assert plain.with_options(max_tokens=10).model_settings.max_tokens == 10
+
+
+class Lookup(Tool):
+    name = "lookup"
+    parameters = {
+        "type": "object",
+        "properties": {"key": {"type": "string", "maxLength": 3}},
+        "required": ["key"],
+        "additionalProperties": False,
+    }
+
+    async def run(self, **kwargs: Any) -> str:  # pragma: no cover
+        return "ok"
+
+
+def test_instances_of_a_tool_class_share_one_checked_validator() -> None:
+    first, second = Lookup(), Lookup()
+    first.validate({"key": "abc"})
+    second.validate({"key": "abc"})
+    assert first.__dict__["_fanloop_validator"][1] is second.__dict__["_fanloop_validator"][1]
+    with pytest.raises(ToolError, match="too long"):
+        second.validate({"key": "abcd"})
+    third = Lookup()
+    third.parameters = {**Lookup.parameters, "properties": {"key": {"type": "integer"}}}
+    third.validate({"key": 5})  # its own schema, its own validator
+    with pytest.raises(ToolError, match="not of type 'integer'"):
+        third.validate({"key": "abc"})
+
+
+def test_an_invalid_schema_is_refused_for_every_instance() -> None:
+    class Broken(Lookup):
+        parameters = {"type": "object", "properties": {"key": {"type": "strung"}}}
+
+    for _ in range(2):
+        with pytest.raises(ConfigurationError, match="invalid parameters schema"):
+            Broken().validate({"key": "a"})
