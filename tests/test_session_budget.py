@@ -35,9 +35,7 @@ async def test_runs_on_a_session_share_its_budget_across_processes(tmp_path: Pat
 
     # Another process opens the session: the account came with it.
     again = await SQLiteStore(db).load("s")
-    assert session_budget(again) == Limits(
-        max_turns=None, max_total_tokens=1000, max_tool_calls=50
-    )
+    assert session_budget(again) == Limits(max_turns=None, max_total_tokens=1000, max_tool_calls=50)
     third = await agent.run("one more", session=again)
     assert third.termination_reason is TerminationReason.COMPLETED  # 800 < 1000: it may start
     fourth = await agent.run("and another", session=again)
