@@ -81,40 +81,42 @@ def _gpt(
 _M = 1_000_000
 _OPENAI_LONG = 1_050_000
 
-# Prices in dollars per million tokens, standard tier, as published in November 2026
-# (Anthropic: platform.claude.com pricing and model pages; OpenAI: developers.openai.com
-# pricing). Tiered prices (long prompts) are not modelled: the lower tier is given.
+# Prices in dollars per million tokens, standard tier, November 2026 (Anthropic:
+# platform.claude.com pricing and model pages; OpenAI: developers.openai.com pricing). Entries
+# marked "unconfirmed" could only be checked against third-party trackers: correct them with
+# register_model() if your invoice says otherwise. Tiered prices (long prompts) are not
+# modelled: the lower tier is given.
 _TABLE: dict[str, ModelInfo] = {
     # Anthropic
     "claude-fable-5-1": _claude(_M, 128_000, 10.0, 50.0, read=0.25),
     "claude-fable-5": _claude(_M, 128_000, 10.0, 50.0, read=1.0),
-    "claude-opus-5-5": _claude(_M, 128_000, 4.0, 20.0, read=0.20),
+    "claude-opus-5-5": _claude(_M, 128_000, 4.0, 20.0, read=0.20),  # unconfirmed
     "claude-opus-5": _claude(_M, 128_000, 5.0, 25.0),
-    "claude-sonnet-5-5": _claude(_M, 128_000, 2.0, 10.0, read=0.10),
+    "claude-sonnet-5-5": _claude(_M, 128_000, 2.0, 10.0, read=0.10),  # cache read unconfirmed
     "claude-sonnet-5": _claude(_M, 128_000, 2.0, 10.0),
-    "claude-haiku-5-5": _claude(_M, 128_000, 0.10, 0.50),  # prompts up to 100k tokens
+    "claude-haiku-5-5": _claude(_M, 128_000, 0.10, 0.50),  # unconfirmed; prompts up to 100k tokens
     "claude-opus-4-8": _claude(200_000, 64_000, 5.0, 25.0),
     "claude-opus-4-7": _claude(200_000, 64_000, 5.0, 25.0),
     "claude-opus-4-6": _claude(200_000, 64_000, 5.0, 25.0),
     "claude-opus-4-5": _claude(200_000, 64_000, 5.0, 25.0),
     "claude-opus-4-1": _claude(200_000, 32_000, 15.0, 75.0),
     "claude-opus-4": _claude(200_000, 32_000, 15.0, 75.0),
-    "claude-sonnet-4-6": _claude(200_000, 64_000, 3.0, 15.0),
+    "claude-sonnet-4-6": _claude(200_000, 64_000, 3.0, 15.0),  # unconfirmed
     "claude-sonnet-4-5": _claude(200_000, 64_000, 3.0, 15.0),
     "claude-sonnet-4": _claude(200_000, 64_000, 3.0, 15.0),
     "claude-haiku-4-5": _claude(200_000, 64_000, 1.0, 5.0),
     "claude-3-7-sonnet": _claude(200_000, 64_000, 3.0, 15.0),
     "claude-3-5-haiku": _claude(200_000, 8_192, 0.8, 4.0),
     # OpenAI
-    "gpt-6-astra": _gpt(_OPENAI_LONG, 128_000, 10.0, 50.0, 1.0, write=12.5),
-    "gpt-6-sol": _gpt(_OPENAI_LONG, 128_000, 2.0, 10.0, 0.20, write=2.5),
-    "gpt-6-luna": _gpt(_OPENAI_LONG, 128_000, 0.10, 0.50, 0.01, write=0.125),
-    "gpt-5.6-sol": _gpt(_OPENAI_LONG, 128_000, 4.0, 20.0, 0.40),
-    "gpt-5.6-terra": _gpt(_OPENAI_LONG, 128_000, 2.0, 12.0, 0.20),
-    "gpt-5.6-luna": _gpt(_OPENAI_LONG, 128_000, 0.20, 1.20, 0.02),
-    "gpt-5.5": _gpt(400_000, 128_000, 5.0, 30.0, 0.50),
-    "gpt-5.4-mini": _gpt(400_000, 128_000, 0.75, 4.5, 0.075),
-    "gpt-5.4": _gpt(400_000, 128_000, 2.5, 15.0, 0.25),
+    "gpt-6-astra": _gpt(_OPENAI_LONG, 128_000, 10.0, 50.0, 1.0, write=12.5),  # unconfirmed
+    "gpt-6-sol": _gpt(_OPENAI_LONG, 128_000, 2.0, 10.0, 0.20, write=2.5),  # unconfirmed
+    "gpt-6-luna": _gpt(_OPENAI_LONG, 128_000, 0.10, 0.50, 0.01, write=0.125),  # unconfirmed
+    "gpt-5.6-sol": _gpt(_OPENAI_LONG, 128_000, 4.0, 20.0, 0.40),  # unconfirmed
+    "gpt-5.6-terra": _gpt(_OPENAI_LONG, 128_000, 2.0, 12.0, 0.20),  # unconfirmed
+    "gpt-5.6-luna": _gpt(_OPENAI_LONG, 128_000, 0.20, 1.20, 0.02),  # unconfirmed
+    "gpt-5.5": _gpt(400_000, 128_000, 5.0, 30.0, 0.50),  # unconfirmed
+    "gpt-5.4-mini": _gpt(400_000, 128_000, 0.75, 4.5, 0.075),  # unconfirmed
+    "gpt-5.4": _gpt(400_000, 128_000, 2.5, 15.0, 0.25),  # unconfirmed
     "gpt-5": _gpt(400_000, 128_000, 1.25, 10.0, 0.125),
     "gpt-5-mini": _gpt(400_000, 128_000, 0.25, 2.0, 0.025),
     "gpt-5-nano": _gpt(400_000, 128_000, 0.05, 0.4, 0.005),
