@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import itertools
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,8 +30,8 @@ def new_id(kind: IdKind) -> str:
     if source is not None:
         return source(kind)
     if kind == "run":
-        return uuid.uuid4().hex[:16]
-    return f"call_{uuid.uuid4().hex[:24]}"
+        return os.urandom(8).hex()
+    return f"call_{os.urandom(12).hex()}"
 
 
 @contextmanager

@@ -44,9 +44,10 @@ async def run_loop(run: RunState) -> RunResult:
         if turn.content:
             await run.append(turn.to_message())
         ending = await final_answer(run, turn)
-        if ending is None and turn.tool_calls:
-            await run_tools(run, turn.tool_calls)
-        await run.turn_completed(len(turn.tool_calls))
+        calls = turn.tool_calls
+        if ending is None and calls:
+            await run_tools(run, calls)
+        await run.turn_completed(len(calls))
         if ending is not None:
             return run.result(ending.reason, text=ending.text, detail=ending.detail)
 
