@@ -1,6 +1,9 @@
-"""Developer tasks: ``nox -s tests``, ``lint``, ``typing``, ``docs``, ``bench``."""
+"""Developer tasks: ``nox -s tests``, ``lint``, ``typing``, ``docs``, ``bench``, ``bench_peers``."""
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import nox
 
@@ -42,3 +45,29 @@ def bench(session: nox.Session) -> None:
     """Run the benchmarks and write benchmarks/results/latest.md."""
     session.install("-e", ".[test]")
     session.run("python", "benchmarks/run.py", *session.posargs)
+
+
+@nox.session
+def bench_peers(session: nox.Session) -> None:
+    """Compare with pydantic-ai, openai-agents and Strands; writes benchmarks/results/peers.md.
+
+    The peers get an environment of their own (``.nox/bench_peers-peers``, from
+    benchmarks/peers/requirements.txt): strands pins ``anthropic<1``, fanloop needs 2.x.
+    This session's environment runs fanloop, the fake server and the driver.
+    """
+    session.install("-e", ".")
+    peers = Path(session.virtualenv.location).parent / "bench_peers-peers"
+    python = peers / "bin" / "python"
+    if not python.exists():
+        session.run(sys.executable, "-m", "venv", str(peers), external=True)
+    session.run(
+        str(python),
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "-r",
+        "benchmarks/peers/requirements.txt",
+        external=True,
+    )
+    session.run("python", "benchmarks/bench_peers.py", f"--peers-python={python}", *session.posargs)
