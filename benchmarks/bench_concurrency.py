@@ -3,7 +3,8 @@
 Each side runs in its own child process (``python bench_concurrency.py child ...``) so that
 peak RSS (``ru_maxrss``) is comparable; the FakeLLMServer runs in a third process. A run is
 one conversation: two turns that call the no-op tool, then the answer. Retries are off on
-both sides, so every failure counts as an error.
+every side, so every failure counts as an error. Sides: ``fanloop``, ``sdk`` (a hand-written loop
+on ``AsyncOpenAI``, the baseline) and ``floor`` (the same loop as plain JSON over ``aiohttp``).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ async def fanloop_side(url: str, n: int, transport: str | None) -> tuple[int, fl
     elif transport is not None:
         from fanloop.providers._http import create_pool
 
-        options["http_client"] = create_pool(transport=transport)  # type: ignore[call-arg]
+        options["http_client"] = create_pool(transport=transport)  # type: ignore[arg-type]
     provider = OpenAIProvider("gpt-4.1", api_key="bench", base_url=f"{url}/v1", **options)
     agent = Agent(provider, tools=[noop], retry=RetryPolicy(max_retries=0))
     errors = 0
@@ -90,6 +91,78 @@ async def sdk_side(url: str, n: int) -> tuple[int, float]:
     return errors, wall
 
 
+async def floor_side(url: str, n: int) -> tuple[int, float]:
+    """The physical floor: the same streamed loop written by hand as plain JSON over aiohttp."""
+    import aiohttp
+
+    from _baseline import OPENAI_TOOLS, noop
+
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1000))
+    headers = {"Authorization": "Bearer bench", "Content-Type": "application/json"}
+    errors = 0
+
+    async def turn(messages: list[Any]) -> tuple[str, list[dict[str, Any]]]:
+        body = {
+            "model": "gpt-4.1",
+            "max_completion_tokens": 4096,
+            "messages": messages,
+            "tools": OPENAI_TOOLS,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        text: list[str] = []
+        calls: dict[int, dict[str, Any]] = {}
+        async with session.post(f"{url}/v1/chat/completions", json=body, headers=headers) as r:
+            r.raise_for_status()
+            async for line in r.content:
+                if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
+                    continue
+                chunk = json.loads(line[6:])
+                if not chunk.get("choices"):
+                    continue
+                delta = chunk["choices"][0]["delta"]
+                if delta.get("content"):
+                    text.append(delta["content"])
+                for f in delta.get("tool_calls") or ():
+                    entry = calls.setdefault(
+                        f["index"],
+                        {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
+                    )
+                    entry["id"] = f.get("id") or entry["id"]
+                    fn = f.get("function") or {}
+                    entry["function"]["name"] += fn.get("name") or ""
+                    entry["function"]["arguments"] += fn.get("arguments") or ""
+        return "".join(text), [calls[i] for i in sorted(calls)]
+
+    async def one() -> None:
+        nonlocal errors
+        try:
+            messages: list[Any] = [{"role": "user", "content": "go"}]
+            turns = 0
+            while True:
+                turns += 1
+                text, calls = await turn(messages)
+                if not calls:
+                    break
+                messages.append({"role": "assistant", "content": text or None, "tool_calls": calls})
+                for c in calls:
+                    json.loads(c["function"]["arguments"] or "{}")
+                    messages.append(
+                        {"role": "tool", "tool_call_id": c["id"], "content": await noop()}
+                    )
+            if turns != TOOL_TURNS + 1 or not text:
+                errors += 1
+        except Exception as exc:
+            errors += 1
+            KINDS[_kind(exc)] += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(n)))
+    wall = time.perf_counter() - started
+    await session.close()
+    return errors, wall
+
+
 def _kind(exc: BaseException) -> str:
     """An error, its cause and the cause's cause, for the report."""
     cause = exc.__cause__
@@ -98,7 +171,7 @@ def _kind(exc: BaseException) -> str:
 
 def child(argv: list[str]) -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("side", choices=["fanloop", "sdk"])
+    parser.add_argument("side", choices=["fanloop", "sdk", "floor"])
     parser.add_argument("--url", required=True)
     parser.add_argument("-n", type=int, required=True)
     parser.add_argument("--transport", default=None)
@@ -107,6 +180,8 @@ def child(argv: list[str]) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     if args.side == "fanloop":
         errors, wall = asyncio.run(fanloop_side(args.url, args.n, args.transport))
+    elif args.side == "floor":
+        errors, wall = asyncio.run(floor_side(args.url, args.n))
     else:
         errors, wall = asyncio.run(sdk_side(args.url, args.n))
     rss_mib = peak_rss_mib()

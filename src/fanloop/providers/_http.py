@@ -270,10 +270,13 @@ def create_pool(
             follow_redirects=True,
             event_hooks={"response": [cap_error_body]},
         )
+    from ._pools import GatedTransport
+
+    inner = httpx2.AsyncHTTPTransport(limits=limits, verify=tls, socket_options=keepalive_options())
     return httpx2.AsyncClient(
-        transport=httpx2.AsyncHTTPTransport(
-            limits=limits, verify=tls, socket_options=keepalive_options()
-        ),
+        transport=GatedTransport(inner, limits.max_connections)
+        if limits.max_connections
+        else inner,
         timeout=timeout,
         follow_redirects=True,
         event_hooks={"response": [cap_error_body]},

@@ -21,12 +21,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
+import anyio
 import httpx2
 
-__all__ = ["LoopPools"]
+__all__ = ["GatedTransport", "LoopPools"]
 
 
 def _running_loop() -> object:
@@ -147,3 +148,75 @@ async def _close_quietly(keeper: AsyncGenerator[None, None]) -> None:
 
 
 _closing: set[asyncio.Task[Any]] = set()
+
+
+class GatedTransport(httpx2.AsyncBaseTransport):
+    """``httpx2``'s own transport, with requests waiting for a free connection in front of it.
+
+    ``httpcore2``'s pool scans every connection and every queued request each time a request
+    starts or ends. With 10,000 runs queued behind 1000 connections, those scans starved the
+    event loop for seconds, so the first wave of connects (each allowed 5 s) timed out before
+    the loop could see them succeed: 1000 connect timeouts in 10,000 runs on loopback. Here a
+    request first waits for one of ``limit`` slots (the pool's ``max_connections``), honouring
+    the ``pool`` timeout, and only then enters the pool, which so never holds more requests
+    than connections. The slot is returned when the response is closed.
+
+    Args:
+        inner: the pool's transport.
+        limit: requests in the pool at once (its ``max_connections``).
+    """
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport, limit: int) -> None:
+        self._inner = inner
+        self._limit = limit
+        self._slots: anyio.Semaphore | None = None  # made in the loop that uses it
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        slots = self._slots
+        if slots is None:
+            slots = self._slots = anyio.Semaphore(self._limit)
+        wait = request.extensions.get("timeout", {}).get("pool")
+        try:
+            with anyio.fail_after(wait):
+                await slots.acquire()
+        except TimeoutError:
+            raise httpx2.PoolTimeout(
+                f"no free connection within {wait} s ({self._limit} in use)"
+            ) from None
+        try:
+            response = await self._inner.handle_async_request(request)
+        except BaseException:
+            slots.release()
+            raise
+        response.stream = _Released(response.stream, slots)
+        return response
+
+    @property
+    def _pool(self) -> Any:
+        """The inner transport's connection pool (for inspection, as on ``httpx2``'s own)."""
+        return getattr(self._inner, "_pool", None)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _Released(httpx2.AsyncByteStream):
+    """A response body that returns its request's slot when it is closed (once)."""
+
+    __slots__ = ("_slots", "_stream")
+
+    def __init__(self, stream: Any, slots: anyio.Semaphore) -> None:
+        self._stream = stream
+        self._slots: anyio.Semaphore | None = slots
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._stream:
+            yield chunk
+
+    async def aclose(self) -> None:
+        slots, self._slots = self._slots, None
+        try:
+            await self._stream.aclose()
+        finally:
+            if slots is not None:
+                slots.release()
