@@ -10,8 +10,9 @@ arguments and environment variables (see :func:`anthropic_endpoint` and
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import httpx2
 
@@ -24,6 +25,7 @@ __all__ = [
     "ANTHROPIC_API_VERSION",
     "Endpoint",
     "anthropic_endpoint",
+    "from_sdk_client",
     "openai_endpoint",
     "sdk_key_source",
 ]
@@ -258,3 +260,40 @@ def sdk_key_source(key: object, variables: tuple[str, ...], owner: str) -> str:
         if isinstance(key, str) and key and key == os.environ.get(variable):
             return f"the key in {variable} (read by the client passed to {owner})"
     return f"the credentials of the client passed to {owner}"
+
+
+def from_sdk_client(
+    client: Any,
+    sdk_class: type[Any],
+    *,
+    key: Callable[[Any], object],
+    variables: tuple[str, ...],
+    owner: str,
+    api_key: str | None,
+    base_url: str | None,
+    http_client: httpx2.AsyncClient | None,
+    timeout: float | httpx2.Timeout | None,
+    default_headers: dict[str, str] | None,
+) -> tuple[Any, str]:
+    """An SDK client passed as ``client=``, with fanloop's options (its retries off), and
+    where its key came from (``key`` reads it from the client; see :func:`sdk_key_source`).
+
+    Raises:
+        ConfigurationError: ``client`` is not a ``sdk_class``, or options that the client
+            brings itself (key, base URL, pool) were given too.
+    """
+    if api_key is not None or base_url is not None or http_client is not None:
+        raise ConfigurationError(
+            "client= brings its own key, base URL and pool: leave out api_key=, base_url= "
+            "and http_client= (give them to the client)"
+        )
+    sdk: Any = client
+    if not isinstance(sdk, sdk_class):
+        name = f"{sdk_class.__module__.split('.')[0]}.{sdk_class.__name__}"
+        raise ConfigurationError(f"client= takes an {name}, not {type(client).__name__}")
+    options: dict[str, Any] = {"max_retries": 0}
+    if timeout is not None:
+        options["timeout"] = timeout
+    if default_headers:
+        options["default_headers"] = default_headers
+    return sdk.with_options(**options), sdk_key_source(key(sdk), variables, owner)

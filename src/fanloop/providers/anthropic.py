@@ -39,7 +39,7 @@ from ..messages import (
     ToolResultPart,
     media_base64,
 )
-from ._endpoint import anthropic_endpoint, sdk_key_source
+from ._endpoint import anthropic_endpoint, from_sdk_client
 from ._http import (
     DEFAULT_MAX_BLOCKS,
     DEFAULT_MAX_FRAME_BYTES,
@@ -133,28 +133,20 @@ def _from_client(
     default_headers: dict[str, str] | None,
 ) -> tuple[Any, str]:
     """``client`` with fanloop's options (its retries off), and where its key came from."""
-    if api_key is not None or base_url is not None or http_client is not None:
-        raise ConfigurationError(
-            "client= brings its own key, base URL and pool: leave out api_key=, base_url= "
-            "and http_client= (give them to the client)"
-        )
     import anthropic
 
-    if not isinstance(client, anthropic.AsyncAnthropic):
-        raise ConfigurationError(
-            f"client= takes an anthropic.AsyncAnthropic, not {type(client).__name__}"
-        )
-    options: dict[str, Any] = {"max_retries": 0}
-    if timeout is not None:
-        options["timeout"] = timeout
-    if default_headers:
-        options["default_headers"] = default_headers
-    source = sdk_key_source(
-        client.api_key or client.auth_token,
-        ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
-        "AnthropicProvider",
+    return from_sdk_client(
+        client,
+        anthropic.AsyncAnthropic,
+        key=lambda sdk: sdk.api_key or sdk.auth_token,
+        variables=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
+        owner="AnthropicProvider",
+        api_key=api_key,
+        base_url=base_url,
+        http_client=http_client,
+        timeout=timeout,
+        default_headers=default_headers,
     )
-    return client.with_options(**options), source
 
 
 class AnthropicProvider(HTTPProvider):

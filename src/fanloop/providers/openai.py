@@ -36,7 +36,7 @@ from ..messages import (
     ToolCallPart,
     media_base64,
 )
-from ._endpoint import openai_endpoint, sdk_key_source
+from ._endpoint import from_sdk_client, openai_endpoint
 from ._http import (
     DEFAULT_MAX_BLOCKS,
     DEFAULT_MAX_FRAME_BYTES,
@@ -106,24 +106,20 @@ def _from_client(
     default_headers: dict[str, str] | None,
 ) -> tuple[Any, str]:
     """``client`` with fanloop's options (its retries off), and where its key came from."""
-    if api_key is not None or base_url is not None or http_client is not None:
-        raise ConfigurationError(
-            "client= brings its own key, base URL and pool: leave out api_key=, base_url= "
-            "and http_client= (give them to the client)"
-        )
     import openai
 
-    if not isinstance(client, openai.AsyncOpenAI):
-        raise ConfigurationError(
-            f"client= takes an openai.AsyncOpenAI, not {type(client).__name__}"
-        )
-    options: dict[str, Any] = {"max_retries": 0}
-    if timeout is not None:
-        options["timeout"] = timeout
-    if default_headers:
-        options["default_headers"] = default_headers
-    source = sdk_key_source(client.api_key, ("OPENAI_API_KEY",), "OpenAIProvider")
-    return client.with_options(**options), source
+    return from_sdk_client(
+        client,
+        openai.AsyncOpenAI,
+        key=lambda sdk: sdk.api_key,
+        variables=("OPENAI_API_KEY",),
+        owner="OpenAIProvider",
+        api_key=api_key,
+        base_url=base_url,
+        http_client=http_client,
+        timeout=timeout,
+        default_headers=default_headers,
+    )
 
 
 class OpenAIProvider(HTTPProvider):
