@@ -17,6 +17,7 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from _common import peak_rss_mib
@@ -45,21 +46,12 @@ async def fanloop_side(url: str, n: int, transport: str | None) -> tuple[int, fl
         options["http_client"] = create_pool(transport=transport)  # type: ignore[arg-type]
     provider = OpenAIProvider("gpt-4.1", api_key="bench", base_url=f"{url}/v1", **options)
     agent = Agent(provider, tools=[noop], retry=RetryPolicy(max_retries=0))
-    errors = 0
 
-    async def one() -> None:
-        nonlocal errors
-        try:
-            result = await agent.run("go")
-            if result.turns != TOOL_TURNS + 1 or not result.text:
-                errors += 1
-        except Exception as exc:
-            errors += 1
-            KINDS[_kind(exc)] += 1
+    async def one() -> tuple[int, str]:
+        result = await agent.run("go")
+        return result.turns, result.text
 
-    started = time.perf_counter()
-    await asyncio.gather(*(one() for _ in range(n)))
-    wall = time.perf_counter() - started
+    errors, wall = await _concurrently(n, one)
     await provider.aclose()
     if "http_client" in options:
         await options["http_client"].aclose()
@@ -72,21 +64,7 @@ async def sdk_side(url: str, n: int) -> tuple[int, float]:
     from _baseline import openai_loop
 
     client = openai.AsyncOpenAI(api_key="bench", base_url=f"{url}/v1", max_retries=0)
-    errors = 0
-
-    async def one() -> None:
-        nonlocal errors
-        try:
-            turns, text = await openai_loop(client, "go", streaming=True)
-            if turns != TOOL_TURNS + 1 or not text:
-                errors += 1
-        except Exception as exc:
-            errors += 1
-            KINDS[_kind(exc)] += 1
-
-    started = time.perf_counter()
-    await asyncio.gather(*(one() for _ in range(n)))
-    wall = time.perf_counter() - started
+    errors, wall = await _concurrently(n, lambda: openai_loop(client, "go", streaming=True))
     await client.close()
     return errors, wall
 
@@ -99,7 +77,6 @@ async def floor_side(url: str, n: int) -> tuple[int, float]:
 
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1000))
     headers = {"Authorization": "Bearer bench", "Content-Type": "application/json"}
-    errors = 0
 
     async def turn(messages: list[Any]) -> tuple[str, list[dict[str, Any]]]:
         body = {
@@ -134,22 +111,33 @@ async def floor_side(url: str, n: int) -> tuple[int, float]:
                     entry["function"]["arguments"] += fn.get("arguments") or ""
         return "".join(text), [calls[i] for i in sorted(calls)]
 
+    async def one() -> tuple[int, str]:
+        messages: list[Any] = [{"role": "user", "content": "go"}]
+        turns = 0
+        while True:
+            turns += 1
+            text, calls = await turn(messages)
+            if not calls:
+                return turns, text
+            messages.append({"role": "assistant", "content": text or None, "tool_calls": calls})
+            for c in calls:
+                json.loads(c["function"]["arguments"] or "{}")
+                messages.append({"role": "tool", "tool_call_id": c["id"], "content": await noop()})
+
+    errors, wall = await _concurrently(n, one)
+    await session.close()
+    return errors, wall
+
+
+async def _concurrently(n: int, run: Callable[[], Awaitable[tuple[int, str]]]) -> tuple[int, float]:
+    """Run ``n`` copies of a 3-turn run at once; the failed ones (an exception, or not the
+    expected turns and a text answer) and the wall time."""
+    errors = 0
+
     async def one() -> None:
         nonlocal errors
         try:
-            messages: list[Any] = [{"role": "user", "content": "go"}]
-            turns = 0
-            while True:
-                turns += 1
-                text, calls = await turn(messages)
-                if not calls:
-                    break
-                messages.append({"role": "assistant", "content": text or None, "tool_calls": calls})
-                for c in calls:
-                    json.loads(c["function"]["arguments"] or "{}")
-                    messages.append(
-                        {"role": "tool", "tool_call_id": c["id"], "content": await noop()}
-                    )
+            turns, text = await run()
             if turns != TOOL_TURNS + 1 or not text:
                 errors += 1
         except Exception as exc:
@@ -158,9 +146,7 @@ async def floor_side(url: str, n: int) -> tuple[int, float]:
 
     started = time.perf_counter()
     await asyncio.gather(*(one() for _ in range(n)))
-    wall = time.perf_counter() - started
-    await session.close()
-    return errors, wall
+    return errors, time.perf_counter() - started
 
 
 def _kind(exc: BaseException) -> str:
