@@ -945,15 +945,7 @@ def _user_message(prompt: Prompt) -> Message:
 
 async def _dynamic_system(fn: SystemFn, run: RunState) -> str | None:
     """The system prompt of a run whose ``system`` is a function of its context."""
-    from .messages import ToolCallPart
-    from .tools.base import RunContext
-
-    placeholder = ToolCallPart(id="", name="system", arguments={})  # no tool call here
-    session_id = run.session.id if run.session is not None else None
-    ctx = RunContext(
-        run.deps, run.run_id, run.emitter.path, placeholder, run.depth, session_id, run
-    )
-    text = fn(ctx)
+    text = fn(run.context(what="system"))
     if inspect.isawaitable(text):
         text = await text
     if text is not None and not isinstance(text, str):

@@ -44,7 +44,7 @@ from .events import (
     ToolStarted,
 )
 from .messages import INVALID_ARGUMENTS_KEY, ToolCallPart, ToolResultPart, _build
-from .tools.base import FunctionTool, RunContext, Tool, ToolResult, _current, to_result
+from .tools.base import FunctionTool, Tool, ToolResult, _current, to_result
 
 if TYPE_CHECKING:
     from ._run import RunState
@@ -500,21 +500,7 @@ async def _execute(
     started = time.perf_counter()
     # A function tool that takes no RunContext cannot read it: skip making one.
     needs_context = not isinstance(tool, FunctionTool) or tool.takes_context
-    token = (
-        _current.set(
-            RunContext(
-                run.deps,
-                run.run_id,
-                run.emitter.path,
-                call,
-                run.depth,
-                run.session.id if run.session is not None else None,
-                run,
-            )
-        )
-        if needs_context
-        else None
-    )
+    token = _current.set(run.context(call)) if needs_context else None
     try:
         if tool.timeout is not None:
             with anyio.fail_after(tool.timeout):

@@ -28,7 +28,7 @@ import pydantic_core
 from .errors import ConfigurationError, ModelRetry, ToolError
 from .events import OutputPartial, TextDelta, ToolCallDelta, ToolCallStarted
 from .messages import Message
-from .tools.base import RunContext, Tool, current_context
+from .tools.base import Tool, current_context
 
 if TYPE_CHECKING:
     from ._model import Ending
@@ -160,7 +160,7 @@ class OutputSpec:
     async def check(self, run: RunState, value: Any) -> Any:
         """Run the output validators on ``value``; return the (possibly changed) value."""
         for takes_context, fn in self.validators:
-            args = (_context(run), value) if takes_context else (value,)
+            args = (run.context(what=FINAL_TOOL), value) if takes_context else (value,)
             out = fn(*args)
             if inspect.isawaitable(out):
                 out = await out
@@ -390,21 +390,6 @@ def _validator(fn: OutputValidator) -> tuple[bool, OutputValidator]:
     except (TypeError, ValueError):
         return False, fn
     return len(params) >= 2, fn
-
-
-def _context(run: RunState) -> RunContext[Any]:
-    from .messages import ToolCallPart
-
-    placeholder = ToolCallPart(id="", name=FINAL_TOOL, arguments={})
-    return RunContext(
-        run.deps,
-        run.run_id,
-        run.emitter.path,
-        placeholder,
-        run.depth,
-        run.session.id if run.session is not None else None,
-        run,
-    )
 
 
 def _strip_titles(schema: Any) -> Any:

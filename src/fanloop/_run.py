@@ -18,8 +18,9 @@ from .events import (
     UsageUpdated,
 )
 from .limits import Budget, Reservation, StallDetector, clean_usage
-from .messages import Message, Origin, Part, TextPart, _build
+from .messages import Message, Origin, Part, TextPart, ToolCallPart, _build
 from .providers._types import ModelRequest, ModelResponse, Usage
+from .tools.base import RunContext
 
 if TYPE_CHECKING:
     from ._agent import Agent
@@ -189,6 +190,19 @@ class RunState:
         if emitter.wants("context_usage"):
             await emitter.emit(ContextUsage(self.context_tokens, self.agent.context_window))
         await self.warn()
+
+    def context(self, call: ToolCallPart | None = None, *, what: str = "") -> RunContext[Any]:
+        """The :class:`RunContext` tools, ``system`` functions and output validators see.
+
+        Outside a tool call (``call`` is ``None``) it carries an empty placeholder call named
+        ``what``, so ``ctx.call`` keeps its type.
+        """
+        if call is None:
+            call = ToolCallPart(id="", name=what, arguments={})
+        session_id = self.session.id if self.session is not None else None
+        return RunContext(
+            self.deps, self.run_id, self.emitter.path, call, self.depth, session_id, self
+        )
 
     def subagent_label(self, name: str) -> str:
         """The path element of the next sub-agent this run starts: ``name-1``, ``name-2``..."""
