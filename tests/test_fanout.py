@@ -566,3 +566,14 @@ async def test_approval_comes_before_the_call_starts_and_a_declined_call_never_s
     expected = ["approval_requested", "approval_resolved"]
     expected += ["tool_started", "tool_finished"] if answer else ["tool_finished"]
     assert kinds == expected
+
+
+async def test_a_parameter_named_title_stays_in_the_function_tools_schema() -> None:
+    @tool
+    def note(title: str, body: str) -> str:
+        """Write a note."""
+        return f"{title}: {body}"
+
+    assert note.parameters["properties"]["title"] == {"type": "string"}
+    provider = batch(call("note", title="Plan", body="walk"))
+    assert results_of(await Agent(provider, tools=[note]).run("go"))[0].content == "Plan: walk"

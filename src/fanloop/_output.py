@@ -28,7 +28,7 @@ import pydantic_core
 from .errors import ConfigurationError, ModelRetry, ToolError
 from .events import OutputPartial, TextDelta, ToolCallDelta, ToolCallStarted
 from .messages import Message
-from .tools.base import Tool, current_context
+from .tools.base import Tool, current_context, strip_titles
 
 if TYPE_CHECKING:
     from ._model import Ending
@@ -325,7 +325,7 @@ class _Shape:
             schema = self.adapter.json_schema()
         except (pydantic.PydanticSchemaGenerationError, pydantic.PydanticUserError) as exc:
             raise ConfigurationError(f"output_type {output_type!r} cannot be used: {exc}") from None
-        schema = _strip_titles(schema)
+        schema = strip_titles(schema)
         self.schema: dict[str, Any] = schema
         self.wrapped: bool = schema.get("type") != "object"
         if self.wrapped:  # primitives, lists and unions travel as {"response": ...}
@@ -390,15 +390,3 @@ def _validator(fn: OutputValidator) -> tuple[bool, OutputValidator]:
     except (TypeError, ValueError):
         return False, fn
     return len(params) >= 2, fn
-
-
-def _strip_titles(schema: Any) -> Any:
-    if isinstance(schema, dict):
-        return {
-            k: _strip_titles(v)
-            for k, v in schema.items()
-            if not (k == "title" and isinstance(v, str))
-        }
-    if isinstance(schema, list):
-        return [_strip_titles(v) for v in schema]
-    return schema

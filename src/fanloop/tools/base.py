@@ -322,11 +322,17 @@ def _doc_sections(doc: str) -> tuple[str, dict[str, str]]:
     return "\n".join(summary_lines).strip(), args
 
 
-def _strip_titles(schema: Any) -> Any:
+def strip_titles(schema: Any) -> Any:
+    """``schema`` without pydantic's ``title`` annotations (a property *named* ``title``, whose
+    value is a schema, not a string, stays)."""
     if isinstance(schema, dict):
-        return {k: _strip_titles(v) for k, v in schema.items() if k != "title"}
+        return {
+            k: strip_titles(v)
+            for k, v in schema.items()
+            if not (k == "title" and isinstance(v, str))
+        }
     if isinstance(schema, list):
-        return [_strip_titles(v) for v in schema]
+        return [strip_titles(v) for v in schema]
     return schema
 
 
@@ -383,7 +389,7 @@ class FunctionTool(Tool):
             __config__=pydantic.ConfigDict(extra="forbid"),
             **fields,
         )
-        self.parameters = _strip_titles(self._model.model_json_schema())
+        self.parameters = strip_titles(self._model.model_json_schema())
         self._fields = tuple(fields)
 
     def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
