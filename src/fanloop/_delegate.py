@@ -7,6 +7,7 @@ its usage rolls up into the parent's, its events reach the parent's stream with 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -317,7 +318,9 @@ class DelegateTool(Tool):
         return cached
 
     @staticmethod
+    @functools.cache
     def _read_only_kinds() -> frozenset[type[Tool]]:
+        """The classes of the read-only built-in tools (worked out once)."""
         from .tools import READ_ONLY_TOOLS
 
         return frozenset(type(t) for t in READ_ONLY_TOOLS)
