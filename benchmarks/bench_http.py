@@ -16,6 +16,7 @@ from typing import Any
 import anthropic
 import openai
 
+import _floor
 from _baseline import anthropic_loop, openai_loop
 from _common import Row, median_time
 from _server import serve
@@ -54,14 +55,16 @@ def _clients(url: str) -> tuple[openai.AsyncOpenAI, anthropic.AsyncAnthropic]:
 
 
 async def per_turn(turns: int, repeats: int) -> list[Row]:
-    """Median per-turn time of a ``turns``-call tool conversation, per API and mode."""
+    """Median per-turn time of a ``turns``-call tool conversation, per API and mode: fanloop
+    vs SDK-direct, and fanloop vs the wire floor (plain JSON over aiohttp, ``_floor.py``)."""
     rows = []
     with serve(tool_turns=turns) as url:
         (o_provider, a_provider), (o_client, a_client) = _providers(url), _clients(url)
+        http = _floor.session()
         limits = Limits(max_turns=None)
-        for api, provider, client, loop in (
-            ("openai", o_provider, o_client, openai_loop),
-            ("anthropic", a_provider, a_client, anthropic_loop),
+        for api, provider, client, loop, floor_loop in (
+            ("openai", o_provider, o_client, openai_loop, _floor.openai_loop),
+            ("anthropic", a_provider, a_client, anthropic_loop, _floor.anthropic_loop),
         ):
             for streaming in (True, False):
                 agent = Agent(
@@ -79,21 +82,38 @@ async def per_turn(turns: int, repeats: int) -> list[Row]:
                     n, _ = await loop(client, "go", streaming=s)
                     assert n == turns + 1
 
-                await ours()
-                await base()  # warm up both
-                t_ours = await _interleaved(ours, base, repeats)
+                async def floor(loop: Any = floor_loop, s: bool = streaming) -> None:
+                    n, _ = await loop(http, url, "go", streaming=s)
+                    assert n == turns + 1
+
+                for side in (ours, base, floor):
+                    await side()  # warm up
+                t_ours, t_base, t_floor = await _interleaved((ours, base, floor), repeats)
                 mode = "streamed" if streaming else "not streamed"
-                rows.append(
+                name = f"{turns}-turn tool conversation, {api}, {mode}"
+                ms = 1e3 / (turns + 1)
+                target = 1.15 if api == "openai" else 1.2
+                rows += [
                     Row(
-                        f"{turns}-turn tool conversation, {api}, {mode}",
-                        "per-turn time",
-                        t_ours[0] / (turns + 1) * 1e3,
-                        t_ours[1] / (turns + 1) * 1e3,
+                        name,
+                        "per-turn time vs SDK-direct",
+                        t_ours * ms,
+                        t_base * ms,
                         "ms",
                         "≤ 0.15×",
-                        t_ours[0] <= 0.15 * t_ours[1],
-                    )
-                )
+                        t_ours <= 0.15 * t_base,
+                    ),
+                    Row(
+                        name,
+                        "per-turn time vs the aiohttp floor",
+                        t_ours * ms,
+                        t_floor * ms,
+                        "ms",
+                        f"≤ {target}×",
+                        t_ours <= target * t_floor,
+                    ),
+                ]
+        await http.close()
         await o_provider.aclose()
         await a_provider.aclose()
         await o_client.close()
@@ -102,17 +122,14 @@ async def per_turn(turns: int, repeats: int) -> list[Row]:
 
 
 async def _interleaved(
-    ours: Callable[[], Awaitable[None]], base: Callable[[], Awaitable[None]], repeats: int
-) -> tuple[float, float]:
-    """Medians of ``repeats`` alternating calls, so drift hits both sides alike."""
-    a: list[float] = []
-    b: list[float] = []
+    sides: tuple[Callable[[], Awaitable[None]], ...], repeats: int
+) -> list[float]:
+    """Medians of ``repeats`` alternating calls of each side, so drift hits all alike."""
+    samples: list[list[float]] = [[] for _ in sides]
     for _ in range(repeats):
-        a.append(await median_time(ours, 1))
-        b.append(await median_time(base, 1))
-    a.sort()
-    b.sort()
-    return a[len(a) // 2], b[len(b) // 2]
+        for side, times in zip(sides, samples, strict=True):
+            times.append(await median_time(side, 1))
+    return [sorted(times)[len(times) // 2] for times in samples]
 
 
 async def deltas(count: int, repeats: int) -> list[Row]:

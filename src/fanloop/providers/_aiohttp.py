@@ -11,6 +11,12 @@ a timeout, so fanloop's error translation tells them apart, and its message name
 and reason rather than aiohttp's connector settings), the per-request work is small, and the
 response body is read as it arrives.
 
+The providers' hot path skips ``httpx2`` altogether on such a pool: :meth:`AiohttpTransport.post`
+sends a prebuilt body with prebuilt headers and returns a :class:`WireResponse`, the part of
+``httpx2.Response`` the providers read (status, headers, body chunks). Building an
+``httpx2.Request`` (URL parsing, header merging) and an ``httpx2.Response`` for every call cost
+more than the whole of ``aiohttp``'s own work.
+
 Imported only when a pool is built with it: ``aiohttp`` costs ~100 ms to import.
 """
 
@@ -19,7 +25,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import ssl
-from collections.abc import AsyncIterator
+import zlib
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
@@ -28,7 +35,11 @@ from yarl import URL
 
 from ._http import connect_reason
 
-__all__ = ["AiohttpTransport"]
+__all__ = ["AiohttpTransport", "WireResponse"]
+
+_INFLATE_STEP = 1 << 20
+"""At most this many decoded bytes come out of one step of a compressed body: a small
+compressed chunk can expand a thousandfold, and the readers check their caps per chunk."""
 
 
 @functools.lru_cache(maxsize=64)
@@ -92,6 +103,95 @@ class _Body(httpx2.AsyncByteStream):
             transport._open_bodies -= 1
 
 
+class _Inflate:
+    """A gzip or deflate body decoded step by step (see :data:`_INFLATE_STEP`)."""
+
+    __slots__ = ("_decoder",)
+
+    def __init__(self, coding: str) -> None:
+        # gzip: a gzip header; deflate: zlib's (auto-detected, as httpx2 does it).
+        self._decoder = zlib.decompressobj(zlib.MAX_WBITS | (16 if "gzip" in coding else 32))
+
+    def steps(self, data: bytes) -> list[bytes]:
+        decoder = self._decoder
+        out = []
+        try:
+            while data:
+                piece = decoder.decompress(data, _INFLATE_STEP)
+                data = decoder.unconsumed_tail
+                if piece:
+                    out.append(piece)
+        except zlib.error as exc:
+            raise httpx2.DecodingError(f"the body is not valid {exc}") from None
+        return out
+
+
+def _decoders(codings: list[str]) -> list[_Inflate]:
+    """The decoders of a ``Content-Encoding``, outermost first: gzip and deflate (the ones
+    sent in ``Accept-Encoding``); other codings pass through as they are, as ``httpx2`` does."""
+    return [_Inflate(c) for c in reversed(codings) if c in ("gzip", "x-gzip", "deflate")]
+
+
+class WireResponse:
+    """A response from :meth:`AiohttpTransport.post`: what the providers read of an
+    ``httpx2.Response``, without building one.
+
+    Attributes:
+        status_code: the HTTP status.
+        headers: the response headers (case-insensitive, as ``aiohttp`` parsed them).
+    """
+
+    __slots__ = ("_response", "_transport", "headers", "status_code")
+
+    def __init__(self, response: aiohttp.ClientResponse, transport: AiohttpTransport) -> None:
+        self.status_code = response.status
+        self.headers: Mapping[str, str] = response.headers
+        self._response = response
+        self._transport: AiohttpTransport | None = transport
+
+    async def aiter_bytes(self) -> AsyncIterator[bytes]:
+        """The body, decoded, chunk by chunk as it arrives.
+
+        Raises:
+            httpx2.DecodingError: a gzip or deflate body that does not decode.
+            httpx2.TransportError: the connection failed.
+        """
+        codings = [
+            c.strip().lower()
+            for value in self.headers.getall("content-encoding", ())  # type: ignore[attr-defined]
+            for c in value.split(",")
+            if c.strip()
+        ]
+        decoders = _decoders(codings) if codings else None
+        content = self._response.content
+        try:
+            while True:
+                chunk = await content.readany()
+                if not chunk:
+                    return
+                if not decoders:
+                    yield chunk
+                    continue
+                pieces = [chunk]
+                for decoder in decoders:
+                    pieces = [out for piece in pieces for out in decoder.steps(piece)]
+                for piece in pieces:
+                    yield piece
+        except _FAILURES as exc:
+            raise _translate(exc) from exc
+
+    async def aread(self) -> bytes:
+        """The whole body, decoded (callers cap it by reading :meth:`aiter_bytes` instead)."""
+        return b"".join([chunk async for chunk in self.aiter_bytes()])
+
+    async def aclose(self) -> None:
+        """Free the connection: back to the pool if the body was read to its end, else closed."""
+        self._response.release()
+        transport, self._transport = self._transport, None
+        if transport is not None:
+            transport._open_bodies -= 1
+
+
 class AiohttpTransport(httpx2.AsyncBaseTransport):
     """Send ``httpx2`` requests over one ``aiohttp.ClientSession`` (HTTP/1.1).
 
@@ -117,6 +217,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         self._trust_env = trust_env
         self._session: aiohttp.ClientSession | None = None
         self._open_bodies = 0  # responses not yet closed: connections in use, at most
+        self._urls: dict[str, URL] = {}  # post()'s targets, parsed once
 
     def _open(self) -> aiohttp.ClientSession:
         limits = self._limits
@@ -135,14 +236,45 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         )
         return self._session
 
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        session = self._session or self._open()
-        timeout: dict[str, Any] = request.extensions.get("timeout", {})
+    async def post(
+        self,
+        url: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        timeout: httpx2.Timeout,
+    ) -> WireResponse:
+        """POST ``body`` to ``url``; the response with its body not yet read.
+
+        Redirects are not followed. Failures raise as ``httpx2`` transport errors.
+        """
+        target = self._urls.get(url)
+        if target is None:
+            if len(self._urls) > 64:
+                self._urls.clear()
+            target = self._urls[url] = URL(url, encoded=True)
         try:
-            data: Any = request.content or None
-        except httpx2.RequestNotRead:  # a streamed upload
-            data = request.stream
-            request.headers.pop("transfer-encoding", None)
+            response = await self._send(
+                "POST",
+                target,
+                headers,
+                body,
+                _client_timeout(timeout.connect, timeout.read, timeout.pool),
+            )
+        except httpx2.TransportError as exc:
+            exc.request = httpx2.Request("POST", url)  # for messages that name host and port
+            raise
+        return WireResponse(response, self)
+
+    async def _send(
+        self,
+        method: str,
+        url: URL,
+        headers: Any,
+        data: Any,
+        timeout: aiohttp.ClientTimeout,
+        server_hostname: str | None = None,
+    ) -> aiohttp.ClientResponse:
+        session = self._session or self._open()
         if self._open_bodies < (self._limits.max_connections or 1 << 62):
             # This request may open a connection. One loop turn first: runs that start
             # together do their set-up in one turn of the loop, and a connect begun early in
@@ -152,19 +284,34 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
             await asyncio.sleep(0)
         try:
             response = await session._request(
-                request.method,
-                URL(str(request.url), encoded=True),
-                headers=request.headers.multi_items(),
+                method,
+                url,
+                headers=headers,
                 data=data,
                 allow_redirects=False,
-                timeout=_client_timeout(
-                    timeout.get("connect"), timeout.get("read"), timeout.get("pool")
-                ),
-                server_hostname=request.extensions.get("sni_hostname"),
+                timeout=timeout,
+                server_hostname=server_hostname,
             )
         except _FAILURES as exc:
             raise _translate(exc) from exc
         self._open_bodies += 1
+        return response
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        timeout: dict[str, Any] = request.extensions.get("timeout", {})
+        try:
+            data: Any = request.content or None
+        except httpx2.RequestNotRead:  # a streamed upload
+            data = request.stream
+            request.headers.pop("transfer-encoding", None)
+        response = await self._send(
+            request.method,
+            URL(str(request.url), encoded=True),
+            request.headers.multi_items(),
+            data,
+            _client_timeout(timeout.get("connect"), timeout.get("read"), timeout.get("pool")),
+            request.extensions.get("sni_hostname"),
+        )
         return httpx2.Response(
             status_code=response.status,
             headers=response.raw_headers,

@@ -4,7 +4,9 @@ A provider given no SDK client sends its prebuilt JSON straight to the connectio
 vendor SDK is not imported at all (``import anthropic`` alone takes a second or more). The
 authentication, base URL and headers are the ones the SDK would use, read from the same
 arguments and environment variables (see :func:`anthropic_endpoint` and
-:func:`openai_endpoint`); every request then costs one ``build_request`` and one ``send``.
+:func:`openai_endpoint`). On an ``aiohttp`` pool a request is one call into ``aiohttp`` with
+the URL, headers and timeout prepared here; on an ``httpx`` pool (or a pool the user made) it
+is one ``build_request`` and one ``send``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,15 @@ import httpx2
 
 from .. import __version__
 from ..errors import ConfigurationError
-from ._http import DEFAULT_TIMEOUT, Transport, create_pool, no_trust_context, ssl_context
+from ._http import (
+    DEFAULT_TIMEOUT,
+    Response,
+    Transport,
+    create_pool,
+    direct_transport,
+    no_trust_context,
+    ssl_context,
+)
 from ._pools import LoopPools
 
 __all__ = [
@@ -51,6 +61,9 @@ class Endpoint:
         timeout: the per-request timeout.
         borrowed: the pool passed as ``http_client`` (never closed here), else ``None``.
         pools: the provider's own pools, one per event loop, when nothing was borrowed.
+        wire_headers: ``headers`` with what an ``httpx2`` client would add (``Accept-Encoding``),
+            for requests sent straight to an ``aiohttp`` pool.
+        wire_timeout: ``timeout`` as an ``httpx2.Timeout``.
     """
 
     base_url: httpx2.URL
@@ -59,6 +72,8 @@ class Endpoint:
     timeout: httpx2.Timeout | float | None
     borrowed: httpx2.AsyncClient | None
     pools: LoopPools | None
+    wire_headers: dict[str, str]
+    wire_timeout: httpx2.Timeout
 
     async def pool(self) -> httpx2.AsyncClient:
         """The pool for a request sent from the running event loop."""
@@ -66,6 +81,24 @@ class Endpoint:
             return self.borrowed
         assert self.pools is not None
         return await self.pools.get()
+
+    async def send(self, pool: httpx2.AsyncClient, body: bytes) -> Response:
+        """POST ``body`` through ``pool``; the response, its body not yet read.
+
+        Raises:
+            httpx2.HTTPError: the request failed.
+            RuntimeError: ``pool`` is closed.
+        """
+        wire = direct_transport(pool)
+        if wire is not None:
+            if pool.is_closed:
+                raise RuntimeError("Cannot send a request, as the client has been closed.")
+            return await wire.post(self.url, self.wire_headers, body, self.wire_timeout)
+        request = pool.build_request(
+            "POST", self.url, content=body, headers=self.headers, timeout=self.timeout
+        )
+        response: httpx2.Response = await pool.send(request, stream=True)
+        return response
 
     @property
     def _client(self) -> httpx2.AsyncClient | None:
@@ -130,6 +163,9 @@ def _endpoint(
             return create_pool(timeout=pool_timeout, transport=transport, verify=verify)
 
         pools = LoopPools(factory)
+    wire_headers = dict(headers)
+    if not any(name.lower() == "accept-encoding" for name in headers):
+        wire_headers["Accept-Encoding"] = "gzip, deflate"
     return Endpoint(
         base_url=url,
         url=str(target),
@@ -137,6 +173,8 @@ def _endpoint(
         timeout=timeout,
         borrowed=http_client,
         pools=pools,
+        wire_headers=wire_headers,
+        wire_timeout=timeout if isinstance(timeout, httpx2.Timeout) else httpx2.Timeout(timeout),
     )
 
 

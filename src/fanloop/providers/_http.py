@@ -73,6 +73,8 @@ from ._wire import ResponseTooLarge, loads, short
 if TYPE_CHECKING:
     from ..pacing import Pacer
     from ..pacing._gate import PacedStream
+    from ._aiohttp import AiohttpTransport
+    from ._endpoint import Endpoint
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -253,6 +255,10 @@ def create_pool(
 
     The caller owns it: a provider given a pool never closes it. Its response hook
     (:func:`cap_error_body`) reads at most :data:`MAX_ERROR_BODY_BYTES` of an error body.
+    It follows no redirects: an API that answers a POST with a redirect is an error (the key
+    is never sent on to another address, the body never resent). On the ``aiohttp`` transport
+    the providers send to the transport directly, so headers, auth or hooks set on the pool
+    later are not applied to their requests.
     Connections use TCP keep-alive probes (as the SDKs' default pools do), so a connection
     idle through minutes of model thinking is not dropped silently by a middlebox.
 
@@ -264,12 +270,14 @@ def create_pool(
     if resolve_transport(transport) == "aiohttp":
         from ._aiohttp import AiohttpTransport
 
-        return httpx2.AsyncClient(
-            transport=AiohttpTransport(limits=limits, verify=tls),
+        wire = AiohttpTransport(limits=limits, verify=tls)
+        pool = httpx2.AsyncClient(
+            transport=wire,
             timeout=timeout,
-            follow_redirects=True,
             event_hooks={"response": [cap_error_body]},
         )
+        pool._fanloop_wire = wire  # type: ignore[attr-defined]  # see direct_transport()
+        return pool
     from ._pools import GatedTransport
 
     inner = httpx2.AsyncHTTPTransport(limits=limits, verify=tls, socket_options=keepalive_options())
@@ -278,9 +286,17 @@ def create_pool(
         if limits.max_connections
         else inner,
         timeout=timeout,
-        follow_redirects=True,
         event_hooks={"response": [cap_error_body]},
     )
+
+
+def direct_transport(pool: httpx2.AsyncClient) -> AiohttpTransport | None:
+    """The ``aiohttp`` transport a :func:`create_pool` pool sends through, if it has one.
+
+    The providers hand their prebuilt requests straight to it (:meth:`AiohttpTransport.post`),
+    skipping the ``httpx2`` client layer.
+    """
+    return getattr(pool, "_fanloop_wire", None)
 
 
 @functools.cache
@@ -603,6 +619,20 @@ class _CappedBody(httpx2.AsyncByteStream):
         await self._stream.aclose()
 
 
+class Response(Protocol):
+    """What the providers read of a response: an ``httpx2.Response``, or the ``aiohttp``
+    pool's :class:`~fanloop.providers._aiohttp.WireResponse`."""
+
+    status_code: int
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    def aiter_bytes(self) -> AsyncIterator[bytes]: ...
+
+    async def aclose(self) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class SDKErrors:
     """The exception classes of one SDK that :class:`HTTPProvider` translates."""
@@ -720,7 +750,7 @@ class HTTPProvider:
                 exc, "malformed response", provider=self.name, request_id=request_id
             ) from None
 
-    async def _read_body(self, response: httpx2.Response, request_id: str | None) -> bytes:
+    async def _read_body(self, response: Response, request_id: str | None) -> bytes:
         """The (decoded) body, at most ``max_response_bytes`` of it."""
         limit = self.limits.max_response_bytes
         parts: list[bytes] = []
@@ -776,19 +806,16 @@ class HTTPProvider:
     def _unpaced_stream(self, request: ModelRequest) -> ProviderStream:
         return ProviderStream(self, request)
 
-    async def _post(self, body: bytes, *, stream: bool) -> httpx2.Response:
+    async def _post(self, body: bytes, *, stream: bool) -> Response:
         """Send ``body``; the response, its body not yet read (errors raised as ours)."""
         if self._errors is not None:
             return await self._post_sdk(body, stream=stream)
-        endpoint = self._client
+        endpoint: Endpoint = self._client
         if self._closed:
             self._closed = False
         pool = await endpoint.pool()
-        request = pool.build_request(
-            "POST", endpoint.url, content=body, headers=endpoint.headers, timeout=endpoint.timeout
-        )
         try:
-            response: httpx2.Response = await pool.send(request, stream=True)
+            response = await endpoint.send(pool, body)
         except httpx2.TransportError as exc:
             raise transport_error(exc, provider=self.name) from exc
         except httpx2.HTTPError as exc:  # e.g. too many redirects
@@ -803,12 +830,12 @@ class HTTPProvider:
             raise await self._status_failure(response)
         return response
 
-    async def _status_failure(self, response: httpx2.Response) -> ProviderError:
+    async def _status_failure(self, response: Response) -> ProviderError:
         """The error for an HTTP error response: its body read up to the cap, then closed."""
-        if not isinstance(response.stream, _CappedBody):  # not capped by our pools' hook
-            await cap_error_body(response, force=True)
+        if isinstance(response, httpx2.Response) and not isinstance(response.stream, _CappedBody):
+            await cap_error_body(response, force=True)  # not capped by our pools' hook
         try:
-            content = await response.aread()
+            content = await _read_capped(response, MAX_ERROR_BODY_BYTES)
         except (httpx2.HTTPError, *_MALFORMED):
             content = b""
         finally:
@@ -822,6 +849,13 @@ class HTTPProvider:
                 body = content.decode("utf-8", "replace")
             if not isinstance(body, dict):
                 fallback = f"HTTP {response.status_code}: {_clip(str(body), 500)}"
+        if 300 <= response.status_code < 400:
+            body = None
+            location = response.headers.get("location") or "nowhere"
+            fallback = (
+                f"HTTP {response.status_code}: the server redirected to {_clip(location, 300)}; "
+                "fanloop does not follow redirects (base_url should be the API's own address)"
+            )
         error = status_error(
             response.status_code,
             response.headers,
@@ -883,6 +917,17 @@ class HTTPProvider:
         return error
 
 
+async def _read_capped(response: Response, limit: int) -> bytes:
+    """At most ``limit`` bytes of the (decoded) body."""
+    parts: list[bytes] = []
+    async for chunk in response.aiter_bytes():
+        parts.append(chunk[:limit])
+        limit -= len(chunk)
+        if limit <= 0:
+            break
+    return b"".join(parts)
+
+
 def _log_status(error: ProviderError) -> None:
     logger.debug(
         "provider_http_error",
@@ -919,7 +964,7 @@ class ProviderStream:
     def __init__(self, provider: HTTPProvider, request: ModelRequest) -> None:
         self._provider = provider
         self._request = request
-        self._response: httpx2.Response | None = None
+        self._response: Response | None = None
 
     async def __aenter__(self) -> ProviderStream:
         body = self._provider._encode(self._request, stream=True)
@@ -940,9 +985,7 @@ class ProviderStream:
             raise RuntimeError("use 'async with provider.stream(request) as events:'")
         return self._events(self._response)
 
-    async def _events(
-        self, response: httpx2.Response
-    ) -> AsyncIterator[StreamDelta | ModelResponse]:
+    async def _events(self, response: Response) -> AsyncIterator[StreamDelta | ModelResponse]:
         provider = self._provider
         name = provider.name
         request_id = _request_id(response.headers)
