@@ -13,21 +13,7 @@ from typing import Any
 import anthropic
 import openai
 
-NOOP_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
-OPENAI_TOOLS: list[Any] = [
-    {
-        "type": "function",
-        "function": {"name": "noop", "description": "Do nothing.", "parameters": NOOP_SCHEMA},
-    }
-]
-ANTHROPIC_TOOLS: list[Any] = [
-    {"name": "noop", "description": "Do nothing.", "input_schema": NOOP_SCHEMA}
-]
-
-
-async def noop() -> str:
-    """The tool both sides run."""
-    return "ok"
+from _tools import ANTHROPIC_TOOLS, OPENAI_TOOLS, noop
 
 
 async def openai_loop(

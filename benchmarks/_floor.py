@@ -13,7 +13,7 @@ from typing import Any
 
 import aiohttp
 
-from _baseline import ANTHROPIC_TOOLS, OPENAI_TOOLS, noop
+from _tools import ANTHROPIC_TOOLS, OPENAI_TOOLS, noop
 
 OPENAI_HEADERS = {"Authorization": "Bearer bench", "Content-Type": "application/json"}
 ANTHROPIC_HEADERS = {

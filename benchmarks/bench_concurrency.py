@@ -3,8 +3,10 @@
 Each side runs in its own child process (``python bench_concurrency.py child ...``) so that
 peak RSS (``ru_maxrss``) is comparable; the FakeLLMServer runs in a third process. A run is
 one conversation: two turns that call the no-op tool, then the answer. Retries are off on
-every side, so every failure counts as an error. Sides: ``fanloop``, ``sdk`` (a hand-written loop
-on ``AsyncOpenAI``, the baseline) and ``floor`` (the same loop as plain JSON over ``aiohttp``).
+every side, so every failure counts as an error (``--default-retry``: fanloop keeps its
+default ``RetryPolicy``; a retried failure then costs time, not a run). Sides: ``fanloop``,
+``sdk`` (a hand-written loop on ``AsyncOpenAI``, the baseline) and ``floor`` (the same loop as
+plain JSON over ``aiohttp``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ TOOL_TURNS = 2  # + the answer: 3 model calls per run
 KINDS: collections.Counter[str] = collections.Counter()  # error kinds seen in a child
 
 
-async def fanloop_side(url: str, n: int, transport: str | None) -> tuple[int, float]:
+async def fanloop_side(
+    url: str, n: int, transport: str | None, default_retry: bool = False
+) -> tuple[int, float]:
     from fanloop import Agent, RetryPolicy, tool
     from fanloop.providers.openai import OpenAIProvider
 
@@ -45,7 +49,9 @@ async def fanloop_side(url: str, n: int, transport: str | None) -> tuple[int, fl
 
         options["http_client"] = create_pool(transport=transport)  # type: ignore[arg-type]
     provider = OpenAIProvider("gpt-4.1", api_key="bench", base_url=f"{url}/v1", **options)
-    agent = Agent(provider, tools=[noop], retry=RetryPolicy(max_retries=0))
+    agent = Agent(
+        provider, tools=[noop], retry=RetryPolicy() if default_retry else RetryPolicy(max_retries=0)
+    )
 
     async def one() -> tuple[int, str]:
         result = await agent.run("go")
@@ -73,7 +79,7 @@ async def floor_side(url: str, n: int) -> tuple[int, float]:
     """The physical floor: the same streamed loop written by hand as plain JSON over aiohttp."""
     import aiohttp
 
-    from _baseline import OPENAI_TOOLS, noop
+    from _tools import OPENAI_TOOLS, noop
 
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1000))
     headers = {"Authorization": "Bearer bench", "Content-Type": "application/json"}
@@ -161,11 +167,14 @@ def child(argv: list[str]) -> None:
     parser.add_argument("--url", required=True)
     parser.add_argument("-n", type=int, required=True)
     parser.add_argument("--transport", default=None)
+    parser.add_argument("--default-retry", action="store_true")
     args = parser.parse_args(argv)
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     if args.side == "fanloop":
-        errors, wall = asyncio.run(fanloop_side(args.url, args.n, args.transport))
+        errors, wall = asyncio.run(
+            fanloop_side(args.url, args.n, args.transport, args.default_retry)
+        )
     elif args.side == "floor":
         errors, wall = asyncio.run(floor_side(args.url, args.n))
     else:
@@ -179,11 +188,15 @@ def child(argv: list[str]) -> None:
     )
 
 
-def measure(side: str, url: str, n: int, transport: str | None = None) -> dict[str, Any]:
+def measure(
+    side: str, url: str, n: int, transport: str | None = None, *, default_retry: bool = False
+) -> dict[str, Any]:
     """Run one side in a fresh child process; returns wall, runs_per_s, errors, rss_mib."""
     argv = [sys.executable, __file__, "child", side, f"--url={url}", f"-n={n}"]
     if transport is not None:
         argv.append(f"--transport={transport}")
+    if default_retry:
+        argv.append("--default-retry")
     out = subprocess.run(argv, capture_output=True, text=True, timeout=900)
     if out.returncode != 0:
         raise RuntimeError(f"{side} child failed:\n{out.stderr[-3000:]}")
@@ -202,6 +215,11 @@ if __name__ == "__main__":
         parser.add_argument("-n", type=int, default=1000)
         parser.add_argument("--side", default="fanloop")
         parser.add_argument("--transport", default=None)
+        parser.add_argument("--default-retry", action="store_true")
         args = parser.parse_args()
         with serve(tool_turns=TOOL_TURNS, latency=0.1) as url:
-            print(measure(args.side, url, args.n, args.transport))
+            print(
+                measure(
+                    args.side, url, args.n, args.transport, default_retry=args.default_retry
+                )
+            )
