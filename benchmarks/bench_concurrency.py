@@ -218,8 +218,4 @@ if __name__ == "__main__":
         parser.add_argument("--default-retry", action="store_true")
         args = parser.parse_args()
         with serve(tool_turns=TOOL_TURNS, latency=0.1) as url:
-            print(
-                measure(
-                    args.side, url, args.n, args.transport, default_retry=args.default_retry
-                )
-            )
+            print(measure(args.side, url, args.n, args.transport, default_retry=args.default_retry))

@@ -194,3 +194,43 @@ def test_an_invalid_schema_is_refused_for_every_instance() -> None:
     for _ in range(2):
         with pytest.raises(ConfigurationError, match="invalid parameters schema"):
             Broken().validate({"key": "a"})
+
+
+async def test_on_the_aiohttp_pool_no_httpx2_request_or_response_is_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pytest.importorskip("aiohttp")
+    import httpx2
+
+    from fanloop.messages import Message
+    from fanloop.providers.anthropic import AnthropicProvider
+    from fanloop.providers.openai import OpenAIProvider
+    from fanloop.testing import FakeLLMServer
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the hot path built an httpx2 object")
+
+    monkeypatch.setattr(httpx2.AsyncClient, "build_request", refuse)
+    monkeypatch.setattr(httpx2.AsyncClient, "send", refuse)
+    monkeypatch.setattr(httpx2.Response, "__init__", refuse)
+    with FakeLLMServer(["one", "two", "three", "four"]) as server:
+        for provider in (
+            OpenAIProvider("m", api_key="k", base_url=server.openai_base_url, transport="aiohttp"),
+            AnthropicProvider("m", api_key="k", base_url=server.url, transport="aiohttp"),
+        ):
+            async with provider:
+                agent = Agent(provider)
+                assert (await agent.run("hi")).text  # streamed
+                assert (await provider.complete(ModelRequest(messages=(Message.user("hi"),)))).text
+
+
+def test_built_messages_share_one_field_set_that_never_changes() -> None:
+    from fanloop.messages import Message
+
+    a, b = Message.user("a"), Message.user("b")
+    assert a.model_fields_set is b.model_fields_set == {"role", "content", "origin"}
+    with pytest.raises(pydantic.ValidationError):
+        a.role = "assistant"  # type: ignore[misc]
+    copied = a.model_copy(update={"role": "assistant"})
+    assert copied.role == "assistant" and copied.model_fields_set is not a.model_fields_set
+    assert b.model_fields_set == {"role", "content", "origin"}

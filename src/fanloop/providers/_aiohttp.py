@@ -37,6 +37,9 @@ from ._http import connect_reason
 
 __all__ = ["AiohttpTransport", "WireResponse"]
 
+_READ_SIZE = 64 * 1024
+"""At most this many body bytes are handed on at a time."""
+
 _INFLATE_STEP = 1 << 20
 """At most this many decoded bytes come out of one step of a compressed body: a small
 compressed chunk can expand a thousandfold, and the readers check their caps per chunk."""
@@ -166,7 +169,9 @@ class WireResponse:
         content = self._response.content
         try:
             while True:
-                chunk = await content.readany()
+                # At most _READ_SIZE at a time: readany() returns all that is buffered, and the
+                # readers give the loop a turn between chunks, not inside one.
+                chunk = await content.read(_READ_SIZE)
                 if not chunk:
                     return
                 if not decoders:
@@ -179,6 +184,10 @@ class WireResponse:
                     yield piece
         except _FAILURES as exc:
             raise _translate(exc) from exc
+
+    def at_eof(self) -> bool:
+        """The whole body has arrived and been read (the connection can be reused as is)."""
+        return self._response.content.at_eof()
 
     async def aread(self) -> bytes:
         """The whole body, decoded (callers cap it by reading :meth:`aiter_bytes` instead)."""
@@ -218,6 +227,8 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         self._session: aiohttp.ClientSession | None = None
         self._open_bodies = 0  # responses not yet closed: connections in use, at most
         self._urls: dict[str, URL] = {}  # post()'s targets, parsed once
+        # Fewer open bodies than this: a connection may be free, or one may be opened.
+        self._free_below = limits.max_connections or 1 << 62
 
     def _open(self) -> aiohttp.ClientSession:
         limits = self._limits
@@ -245,24 +256,32 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
     ) -> WireResponse:
         """POST ``body`` to ``url``; the response with its body not yet read.
 
-        Redirects are not followed. Failures raise as ``httpx2`` transport errors.
+        Redirects are not followed. Failures raise as ``httpx2`` transport errors. (The
+        providers' hot path: a run waiting here for a connection holds this frame, so it does
+        its work itself rather than through helpers.)
         """
         target = self._urls.get(url)
         if target is None:
             if len(self._urls) > 64:
                 self._urls.clear()
             target = self._urls[url] = URL(url, encoded=True)
+        session = self._session or self._open()
+        if self._open_bodies < self._free_below:
+            await asyncio.sleep(0)  # see _send
         try:
-            response = await self._send(
+            response = await session._request(
                 "POST",
                 target,
-                headers,
-                body,
-                _client_timeout(timeout.connect, timeout.read, timeout.pool),
+                headers=headers,
+                data=body,
+                allow_redirects=False,
+                timeout=_client_timeout(timeout.connect, timeout.read, timeout.pool),
             )
-        except httpx2.TransportError as exc:
-            exc.request = httpx2.Request("POST", url)  # for messages that name host and port
-            raise
+        except _FAILURES as exc:
+            error = _translate(exc)
+            error.request = httpx2.Request("POST", url)  # for messages naming host and port
+            raise error from exc
+        self._open_bodies += 1
         return WireResponse(response, self)
 
     async def _send(
@@ -275,7 +294,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         server_hostname: str | None = None,
     ) -> aiohttp.ClientResponse:
         session = self._session or self._open()
-        if self._open_bodies < (self._limits.max_connections or 1 << 62):
+        if self._open_bodies < self._free_below:
             # This request may open a connection. One loop turn first: runs that start
             # together do their set-up in one turn of the loop, and a connect begun early in
             # it had its 5 s counted against everyone else's set-up (1000 connect timeouts in

@@ -814,8 +814,14 @@ class HTTPProvider:
         if self._closed:
             self._closed = False
         pool = await endpoint.pool()
+        wire = direct_transport(pool)
         try:
-            response = await endpoint.send(pool, body)
+            if wire is not None and not pool.is_closed:  # the hot path: straight to aiohttp
+                response: Response = await wire.post(
+                    endpoint.url, endpoint.wire_headers, body, endpoint.wire_timeout
+                )
+            else:
+                response = await endpoint.send(pool, body)
         except httpx2.TransportError as exc:
             raise transport_error(exc, provider=self.name) from exc
         except httpx2.HTTPError as exc:  # e.g. too many redirects
@@ -1018,7 +1024,10 @@ class ProviderStream:
                     await anyio.lowlevel.checkpoint()
                     turn_ends = clock() + _FAIR_SHARE
             if parser.done:
-                await _drain(chunks)
+                if getattr(response, "at_eof", _never)():  # nothing follows the end marker
+                    await chunks.aclose()  # type: ignore[attr-defined]
+                else:
+                    await _drain(chunks)
             final = parser.finish()
         except httpx2.DecodingError as exc:
             raise malformed(
@@ -1034,6 +1043,10 @@ class ProviderStream:
                 exc, "malformed response stream", provider=name, request_id=request_id
             ) from None
         yield final
+
+
+def _never() -> bool:
+    return False
 
 
 async def _drain(chunks: AsyncIterator[bytes]) -> None:
