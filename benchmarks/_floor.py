@@ -37,21 +37,18 @@ async def openai_turn(
         "messages": messages,
         "tools": OPENAI_TOOLS,
     }
-    if not streaming:
-        async with http.post(
-            f"{url}/v1/chat/completions", data=json.dumps(body), headers=OPENAI_HEADERS
-        ) as r:
-            r.raise_for_status()
-            message = json.loads(await r.read())["choices"][0]["message"]
-        return message.get("content") or "", message.get("tool_calls") or []
-    body["stream"] = True
-    body["stream_options"] = {"include_usage": True}
+    if streaming:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
     text: list[str] = []
     calls: dict[int, dict[str, Any]] = {}
     async with http.post(
         f"{url}/v1/chat/completions", data=json.dumps(body), headers=OPENAI_HEADERS
     ) as r:
         r.raise_for_status()
+        if not streaming:
+            message = json.loads(await r.read())["choices"][0]["message"]
+            return message.get("content") or "", message.get("tool_calls") or []
         async for line in r.content:
             if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
                 continue
@@ -100,19 +97,16 @@ async def anthropic_turn(
         "messages": messages,
         "tools": ANTHROPIC_TOOLS,
     }
-    if not streaming:
-        async with http.post(
-            f"{url}/v1/messages", data=json.dumps(body), headers=ANTHROPIC_HEADERS
-        ) as r:
-            r.raise_for_status()
-            content: list[dict[str, Any]] = json.loads(await r.read())["content"]
-        return content
-    body["stream"] = True
+    if streaming:
+        body["stream"] = True
     blocks: dict[int, dict[str, Any]] = {}
     async with http.post(
         f"{url}/v1/messages", data=json.dumps(body), headers=ANTHROPIC_HEADERS
     ) as r:
         r.raise_for_status()
+        if not streaming:
+            answer: list[dict[str, Any]] = json.loads(await r.read())["content"]
+            return answer
         async for line in r.content:
             if not line.startswith(b"data: "):
                 continue

@@ -77,60 +77,12 @@ async def sdk_side(url: str, n: int) -> tuple[int, float]:
 
 async def floor_side(url: str, n: int) -> tuple[int, float]:
     """The physical floor: the same streamed loop written by hand as plain JSON over aiohttp."""
-    import aiohttp
+    import _floor
 
-    from _tools import OPENAI_TOOLS, noop
-
-    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1000))
-    headers = {"Authorization": "Bearer bench", "Content-Type": "application/json"}
-
-    async def turn(messages: list[Any]) -> tuple[str, list[dict[str, Any]]]:
-        body = {
-            "model": "gpt-4.1",
-            "max_completion_tokens": 4096,
-            "messages": messages,
-            "tools": OPENAI_TOOLS,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-        text: list[str] = []
-        calls: dict[int, dict[str, Any]] = {}
-        async with session.post(f"{url}/v1/chat/completions", json=body, headers=headers) as r:
-            r.raise_for_status()
-            async for line in r.content:
-                if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
-                    continue
-                chunk = json.loads(line[6:])
-                if not chunk.get("choices"):
-                    continue
-                delta = chunk["choices"][0]["delta"]
-                if delta.get("content"):
-                    text.append(delta["content"])
-                for f in delta.get("tool_calls") or ():
-                    entry = calls.setdefault(
-                        f["index"],
-                        {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
-                    )
-                    entry["id"] = f.get("id") or entry["id"]
-                    fn = f.get("function") or {}
-                    entry["function"]["name"] += fn.get("name") or ""
-                    entry["function"]["arguments"] += fn.get("arguments") or ""
-        return "".join(text), [calls[i] for i in sorted(calls)]
-
-    async def one() -> tuple[int, str]:
-        messages: list[Any] = [{"role": "user", "content": "go"}]
-        turns = 0
-        while True:
-            turns += 1
-            text, calls = await turn(messages)
-            if not calls:
-                return turns, text
-            messages.append({"role": "assistant", "content": text or None, "tool_calls": calls})
-            for c in calls:
-                json.loads(c["function"]["arguments"] or "{}")
-                messages.append({"role": "tool", "tool_call_id": c["id"], "content": await noop()})
-
-    errors, wall = await _concurrently(n, one)
+    session = _floor.session(limit=1000)
+    errors, wall = await _concurrently(
+        n, lambda: _floor.openai_loop(session, url, "go", streaming=True)
+    )
     await session.close()
     return errors, wall
 
@@ -168,7 +120,13 @@ def child(argv: list[str]) -> None:
     parser.add_argument("-n", type=int, required=True)
     parser.add_argument("--transport", default=None)
     parser.add_argument("--default-retry", action="store_true")
+    parser.add_argument("--gc-threshold", type=int, default=None)
     args = parser.parse_args(argv)
+    if args.gc_threshold is not None:  # the tuning docs/performance.md describes
+        import gc
+
+        gc.freeze()
+        gc.set_threshold(args.gc_threshold, 10, 10)
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     if args.side == "fanloop":
@@ -189,10 +147,18 @@ def child(argv: list[str]) -> None:
 
 
 def measure(
-    side: str, url: str, n: int, transport: str | None = None, *, default_retry: bool = False
+    side: str,
+    url: str,
+    n: int,
+    transport: str | None = None,
+    *,
+    default_retry: bool = False,
+    gc_threshold: int | None = None,
 ) -> dict[str, Any]:
     """Run one side in a fresh child process; returns wall, runs_per_s, errors, rss_mib."""
     argv = [sys.executable, __file__, "child", side, f"--url={url}", f"-n={n}"]
+    if gc_threshold is not None:
+        argv.append(f"--gc-threshold={gc_threshold}")
     if transport is not None:
         argv.append(f"--transport={transport}")
     if default_retry:
@@ -216,6 +182,16 @@ if __name__ == "__main__":
         parser.add_argument("--side", default="fanloop")
         parser.add_argument("--transport", default=None)
         parser.add_argument("--default-retry", action="store_true")
+        parser.add_argument("--gc-threshold", type=int, default=None)
         args = parser.parse_args()
         with serve(tool_turns=TOOL_TURNS, latency=0.1) as url:
-            print(measure(args.side, url, args.n, args.transport, default_retry=args.default_retry))
+            for side in args.side.split(","):
+                figures = measure(
+                    side,
+                    url,
+                    args.n,
+                    args.transport,
+                    default_retry=args.default_retry,
+                    gc_threshold=args.gc_threshold,
+                )
+                print(side, figures, flush=True)

@@ -2,7 +2,8 @@
 
 - per-turn time of a tool conversation (one no-op tool call per turn), streamed and not:
   a fanloop ``Agent`` on ``OpenAIProvider`` / ``AnthropicProvider`` vs the hand-written
-  SDK-direct loop of ``_baseline.py``;
+  SDK-direct loop of ``_baseline.py`` and vs the wire floor of ``_floor.py`` (the same loop as
+  plain JSON over aiohttp); ``python benchmarks/bench_http.py [--turns 50 --repeats 11]``;
 - one streamed answer of many deltas: deltas per second delivered to the consumer
   (``agent.stream`` events vs the SDK stream iterated directly) and time to first delta.
 """
@@ -206,3 +207,17 @@ async def deltas(count: int, repeats: int) -> list[Row]:
             ttfd_ours <= ttfd_base,
         ),
     ]
+
+
+if __name__ == "__main__":
+    import argparse
+
+    import anyio
+
+    from _common import table
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--turns", type=int, default=50)
+    parser.add_argument("--repeats", type=int, default=11)
+    args = parser.parse_args()
+    print(table(anyio.run(per_turn, args.turns, args.repeats)))

@@ -84,55 +84,60 @@ async def _median(fn, repeats: int) -> float:  # type: ignore[no-untyped-def]
     return statistics.median(times)
 
 
-SIDES = ("fanloop", "sdk")
+SIDES = ("fanloop", "sdk", "floor")
 
 
 def concurrency(sizes: list[int], baseline_sizes: set[int], repeats: int) -> list[Row]:
+    """N concurrent 3-turn runs: fanloop vs SDK-direct (runs/s) and vs the plain-aiohttp floor
+    (runs/s, peak RSS). At 1,000 fanloop keeps its default ``RetryPolicy``; elsewhere retries
+    are off on every side, so every failure is an error."""
     rows = []
     with serve(tool_turns=bench_concurrency.TOOL_TURNS, latency=0.1) as url:
         if min(sizes) >= 100:
             bench_concurrency.measure("fanloop", url, min(sizes))  # warm the server
+
+        def side(name: str, n: int) -> dict:  # type: ignore[type-arg]
+            return bench_concurrency.measure(name, url, n, default_retry=n == 1000)
+
         for n in sizes:
-            if n < 100:  # a smoke run: both sides at once, RSS stays per process
+            if n < 100:  # a smoke run: all sides at once, RSS stays per process
                 with concurrent.futures.ThreadPoolExecutor() as pool:
-                    jobs = [pool.submit(bench_concurrency.measure, s, url, n) for s in SIDES]
-                    ours, base = [jobs[0].result()], [jobs[1].result()]
+                    jobs = [pool.submit(side, s, n) for s in SIDES]
+                    ours, base, floor = ([job.result()] for job in jobs)
             else:
                 reps = 1 if n >= 10_000 else repeats
-                ours = [bench_concurrency.measure("fanloop", url, n) for _ in range(reps)]
-                base = (
-                    [bench_concurrency.measure("sdk", url, n) for _ in range(reps)]
-                    if n in baseline_sizes
-                    else []
-                )
+                ours = [side("fanloop", n) for _ in range(reps)]
+                base = [side("sdk", n) for _ in range(reps)] if n in baseline_sizes else []
+                floor = [side("floor", n) for _ in range(reps)]
 
             def med(samples: list[dict], key: str) -> float | None:  # type: ignore[type-arg]
                 return statistics.median(s[key] for s in samples) if samples else None
 
             name = f"{n:,} concurrent 3-turn runs, 100 ms model latency"
-            rps, rps_b = med(ours, "runs_per_s"), med(base, "runs_per_s")
-            rss, rss_b = med(ours, "rss_mib"), med(base, "rss_mib")
+            rps, rps_b, rps_f = (med(x, "runs_per_s") for x in (ours, base, floor))
+            rss, rss_f = med(ours, "rss_mib"), med(floor, "rss_mib")
             errors = sum(s["errors"] for s in ours)
             errors_b = sum(s["errors"] for s in base) if base else None
             big = n >= 1000
             rows += [
                 Row(
                     name,
-                    "runs/s",
+                    "runs/s vs SDK-direct",
                     rps or 0,
                     rps_b,
                     "/s",
-                    "≥ 5×" if n == 1000 else "",
-                    (rps or 0) >= 5 * rps_b if n == 1000 and rps_b else None,
+                    "≥ 8×" if big else "",
+                    (rps or 0) >= 8 * rps_b if big and rps_b else None,
                 ),
+                Row(name, "runs/s vs the aiohttp floor", rps or 0, rps_f, "/s"),
                 Row(
                     name,
-                    "peak RSS (child process)",
+                    "peak RSS (child process) vs the aiohttp floor",
                     rss or 0,
-                    rss_b,
+                    rss_f,
                     "MiB",
-                    "≤ 1.2×" if n == 1000 else "",
-                    (rss or 0) <= 1.2 * rss_b if n == 1000 and rss_b else None,
+                    "≤ 1.3×" if n >= 10_000 else "",
+                    (rss or 0) <= 1.3 * rss_f if n >= 10_000 and rss_f else None,
                 ),
                 Row(
                     name,
@@ -144,7 +149,7 @@ def concurrency(sizes: list[int], baseline_sizes: set[int], repeats: int) -> lis
                     errors == 0 if big else None,
                 ),
             ]
-            kinds = {k for s in ours + base for k in s.get("kinds", {})}
+            kinds = {k for s in ours + base + floor for k in s.get("kinds", {})}
             for kind in sorted(kinds):
                 print(f"  {name}: error kind {kind}", flush=True)
     return rows
@@ -307,7 +312,7 @@ def main() -> None:
     quick = args.quick
     turns, repeats = (3, 1) if quick else (50, 5)
     sizes = [20] if quick else [100, 1000, 10000]
-    baseline_sizes = {20} if quick else {100, 1000}
+    baseline_sizes = {20} if quick else {100, 1000, 10000}
     rows: list[Row] = []
     started = time.perf_counter()
 

@@ -94,6 +94,50 @@ async def test_tool_arguments_replayed_exactly(
     assert json.loads(again) == json.loads(sent_back)
 
 
+@pytest.mark.parametrize(
+    "change",
+    ["text", "call id", "call name", "arguments", "a call dropped", "a call added", "no text"],
+)
+async def test_a_changed_turn_is_sent_as_it_now_reads_not_as_received(
+    server: FakeLLMServer, openai_provider: OpenAIProvider, change: str
+) -> None:
+    # The turn as received is replayed byte for byte only while the message still says the
+    # same; a message changed since (by an application, by compaction) is encoded anew.
+    server.add(
+        reply("Checking.", tool_calls=[call("get_weather", "x1", city="Paris")]),
+        *["ok"] * 2,
+    )
+    _, first = await stream_all(openai_provider, request("go"))
+    received = first.to_message()
+    await openai_provider.complete(request("go", received, results(("x1", "rain"))))
+    assert server.requests[-1].messages[1]["tool_calls"][0]["function"]["arguments"] == (
+        '{"city": "Paris"}'  # as streamed: the origin was used
+    )
+    text, tool_call = received.content
+    assert isinstance(text, TextPart) and isinstance(tool_call, ToolCallPart)
+    other = ToolCallPart(id="x2", name="get_time", arguments={})
+    parts = {
+        "text": [TextPart(text="Changed."), tool_call],
+        "call id": [text, tool_call.model_copy(update={"id": "x9"})],
+        "call name": [text, tool_call.model_copy(update={"name": "get_time"})],
+        "arguments": [text, tool_call.model_copy(update={"arguments": {"city": "Rome"}})],
+        "a call dropped": [text],
+        "a call added": [text, tool_call, other],
+        "no text": [tool_call],
+    }[change]
+    edited = received.model_copy(update={"content": tuple(parts)})
+    ids = [p.id for p in parts if isinstance(p, ToolCallPart)]
+    await openai_provider.complete(request("go", edited, results(*((i, "r") for i in ids))))
+    sent = server.requests[-1].messages[1]
+    expected_text = next((p.text for p in parts if isinstance(p, TextPart)), None)
+    assert sent.get("content") == expected_text
+    sent_calls = [
+        (c["id"], c["function"]["name"], json.loads(c["function"]["arguments"]))
+        for c in sent.get("tool_calls") or ()
+    ]
+    assert sent_calls == [(p.id, p.name, p.arguments) for p in parts if isinstance(p, ToolCallPart)]
+
+
 async def test_invalid_arguments_sent_back_verbatim(
     server: FakeLLMServer, openai_provider: OpenAIProvider
 ) -> None:

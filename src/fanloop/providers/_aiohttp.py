@@ -185,6 +185,21 @@ class WireResponse:
         except _FAILURES as exc:
             raise _translate(exc) from exc
 
+    async def read_framed(self, limit: int) -> bytes | None:
+        """The whole body in one read, when its ``Content-Length`` says it is at most
+        ``limit`` bytes and it is not encoded (the common case of a non-streamed answer);
+        else ``None``, and the caller reads :meth:`aiter_bytes` chunk by chunk."""
+        headers = self.headers
+        length = headers.get("content-length", "")
+        if not length.isdigit() or len(length) > 20 or int(length) > limit:
+            return None
+        if "content-encoding" in headers:
+            return None
+        try:
+            return await self._response.content.read()  # the parser stops at Content-Length
+        except _FAILURES as exc:
+            raise _translate(exc) from exc
+
     def at_eof(self) -> bool:
         """The whole body has arrived and been read (the connection can be reused as is)."""
         return self._response.content.at_eof()

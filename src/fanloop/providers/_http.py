@@ -759,6 +759,9 @@ class HTTPProvider:
             length = response.headers.get("content-length", "")
             if length.isdigit() and (len(length) > 20 or int(length) > limit):
                 raise self._too_large(request_id)
+            read_framed = getattr(response, "read_framed", None)
+            if read_framed is not None and (whole := await read_framed(limit)) is not None:
+                return whole  # type: ignore[no-any-return]
             clock = time.monotonic
             turn_ends = clock() + _FAIR_SHARE
             async for chunk in response.aiter_bytes():

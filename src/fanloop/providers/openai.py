@@ -485,22 +485,28 @@ def _media_pieces(part: ImagePart | DocumentPart) -> list[str]:
 
 
 def _raw_matches(raw: dict[str, Any], message: Message) -> bool:
-    """Whether ``raw`` (an assistant turn as received) still says what ``message`` says."""
+    """Whether ``raw`` (an assistant turn as received) still says what ``message`` says: its
+    text, then its tool calls (id, name, arguments), thinking aside. Compared field by field
+    (building the parts to compare cost more than the rest of the turn's encoding)."""
     parts = [p for p in message.content if not isinstance(p, ThinkingPart)]
-    expected: list[Part] = []
     text = (raw.get("content") or "") + (raw.get("refusal") or "")
     if text:
-        expected.append(TextPart.model_construct(text=text))
-    for call in raw.get("tool_calls") or ():
+        if not parts or not isinstance(parts[0], TextPart) or parts[0].text != text:
+            return False
+        parts = parts[1:]
+    calls = raw.get("tool_calls") or ()
+    if len(parts) != len(calls):
+        return False
+    for part, call in zip(parts, calls, strict=True):
         function = call.get("function") or {}
-        expected.append(
-            ToolCallPart.model_construct(
-                id=call.get("id") or "",
-                name=function.get("name") or "",
-                arguments=parse_arguments(function.get("arguments") or ""),
-            )
-        )
-    return parts == expected
+        if (
+            not isinstance(part, ToolCallPart)
+            or part.id != (call.get("id") or "")
+            or part.name != (function.get("name") or "")
+            or part.arguments != parse_arguments(function.get("arguments") or "")
+        ):
+            return False
+    return True
 
 
 def _render_assistant(message: Message) -> str:
