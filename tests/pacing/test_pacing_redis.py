@@ -221,7 +221,9 @@ def test_four_processes_share_one_rate_limit_without_429s(redis_key: str) -> Non
 
 def test_a_429_cools_down_every_process_of_the_group(redis_key: str) -> None:
     """One call gets a 429 with Retry-After: 2; no request of any process reaches the server
-    in the 2 s after it (requests already on the wire may land within 50 ms)."""
+    in the 2 s after it. Requests already past the pacing when the 429 came may still land
+    within 150 ms (seen at 57 ms on a loaded 2-core machine); the group's pace, 5 a second,
+    puts the next request without a cooldown ~200 ms after the 429, so one would show."""
     arrivals: list[tuple[float, str, int]] = []
     lock = threading.Lock()
 
@@ -237,7 +239,7 @@ def test_a_429_cools_down_every_process_of_the_group(redis_key: str) -> None:
             "base_url": server.openai_base_url,
             "redis_url": REDIS_URL,
             "redis_key": redis_key,
-            "rpm": 600,  # 10 a second across the group
+            "rpm": 300,  # 5 a second across the group
             "jitter": 0.2,
             "runs": 6,
         }
@@ -247,7 +249,7 @@ def test_a_429_cools_down_every_process_of_the_group(redis_key: str) -> None:
     times = [t for t, _, _ in arrivals]
     hit = times[5]
     after = [t - hit for t in times[6:]]
-    assert after and all(d <= 0.05 or d >= 2.0 for d in after), after
+    assert after and all(d <= 0.15 or d >= 2.0 for d in after), after
     assert sum(1 for d in after if d >= 2.0) >= 12  # the group went on after the cooldown
     cooled = [r for r in reports if r["waits"].get("cooldown")]
     assert len(cooled) >= 2  # processes other than the one that got the 429 waited too
