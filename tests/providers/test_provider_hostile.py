@@ -849,3 +849,26 @@ async def test_an_unknown_content_encoding_is_passed_through(
     provider = hostile()
     assert (await outcome(provider, streaming=False)).text == "hi"
     assert isinstance(await outcome(provider, streaming=False), ResponseInvalid)
+
+
+async def test_a_gzip_bomb_is_decoded_a_step_at_a_time(server: FakeLLMServer, api: str) -> None:
+    # 64 KiB on the wire that decode to 64 MiB: on the aiohttp pool the reader sees it 1 MiB at
+    # a time and stops at the cap, so memory stays near the cap, not at the chunk's full size.
+    # (httpx2's own decoder, on the httpx transport, decodes each chunk whole.)
+    import tracemalloc
+
+    bomb = zlib.compressobj(wbits=31)
+    packed = bomb.compress(b"\0" * (64 * MiB)) + bomb.flush()
+    assert len(packed) < 128 * 1024
+    server.add(Hostile.raw(packed, headers={"content-encoding": "gzip"}))
+    make = make_anthropic if api == "anthropic" else make_openai
+    provider = make(server, transport="aiohttp", max_response_bytes=2 * MiB)
+    tracemalloc.start()
+    try:
+        error = await outcome(provider, streaming=False)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        await provider.aclose()
+    assert isinstance(error, ResponseInvalid), error  # ResponseTooLarge, at the 2 MiB cap
+    assert peak < 16 * MiB, peak

@@ -26,7 +26,7 @@ import asyncio
 import functools
 import ssl
 import zlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from typing import Any
 
 import aiohttp
@@ -115,18 +115,23 @@ class _Inflate:
         # gzip: a gzip header; deflate: zlib's (auto-detected, as httpx2 does it).
         self._decoder = zlib.decompressobj(zlib.MAX_WBITS | (16 if "gzip" in coding else 32))
 
-    def steps(self, data: bytes) -> list[bytes]:
+    def steps(self, data: bytes) -> Iterator[bytes]:
+        """``data`` decoded, at most :data:`_INFLATE_STEP` bytes at a time (lazily: the next
+        step is decoded only when the reader asks for it)."""
         decoder = self._decoder
-        out = []
         try:
             while data:
                 piece = decoder.decompress(data, _INFLATE_STEP)
                 data = decoder.unconsumed_tail
                 if piece:
-                    out.append(piece)
+                    yield piece
         except zlib.error as exc:
             raise httpx2.DecodingError(f"the body is not valid {exc}") from None
-        return out
+
+
+def _through(decoder: _Inflate, pieces: Iterable[bytes]) -> Iterator[bytes]:
+    for piece in pieces:
+        yield from decoder.steps(piece)
 
 
 def _decoders(codings: list[str]) -> list[_Inflate]:
@@ -177,9 +182,9 @@ class WireResponse:
                 if not decoders:
                     yield chunk
                     continue
-                pieces = [chunk]
+                pieces: Iterable[bytes] = (chunk,)
                 for decoder in decoders:
-                    pieces = [out for piece in pieces for out in decoder.steps(piece)]
+                    pieces = _through(decoder, pieces)
                 for piece in pieces:
                     yield piece
         except _FAILURES as exc:
