@@ -77,35 +77,6 @@ def _translate(exc: BaseException) -> httpx2.TransportError:
 _FAILURES = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
 
-class _Body(httpx2.AsyncByteStream):
-    """A response body read from ``aiohttp`` chunk by chunk, as the bytes arrive."""
-
-    __slots__ = ("_response", "_transport")
-
-    def __init__(self, response: aiohttp.ClientResponse, transport: AiohttpTransport) -> None:
-        self._response = response
-        self._transport: AiohttpTransport | None = transport
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        content = self._response.content
-        try:
-            while True:
-                chunk = await content.readany()
-                if not chunk:
-                    return
-                yield chunk
-        except _FAILURES as exc:
-            raise _translate(exc) from exc
-
-    async def aclose(self) -> None:
-        # A body read to its end returns the connection to the pool; one left unread
-        # closes it (aiohttp never reuses a connection with a pending body).
-        self._response.release()
-        transport, self._transport = self._transport, None
-        if transport is not None:
-            transport._open_bodies -= 1
-
-
 class _Inflate:
     """A gzip or deflate body decoded step by step (see :data:`_INFLATE_STEP`)."""
 
@@ -157,6 +128,22 @@ class WireResponse:
         self._response = response
         self._transport: AiohttpTransport | None = transport
 
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body as it arrives, not decoded.
+
+        At most :data:`_READ_SIZE` bytes at a time: ``readany()`` would return all that is
+        buffered, and the readers give the loop a turn between chunks, not inside one.
+
+        Raises:
+            httpx2.TransportError: the connection failed.
+        """
+        content = self._response.content
+        try:
+            while chunk := await content.read(_READ_SIZE):
+                yield chunk
+        except _FAILURES as exc:
+            raise _translate(exc) from exc
+
     async def aiter_bytes(self) -> AsyncIterator[bytes]:
         """The body, decoded, chunk by chunk as it arrives.
 
@@ -171,34 +158,22 @@ class WireResponse:
             if c.strip()
         ]
         decoders = _decoders(codings) if codings else None
-        content = self._response.content
-        try:
-            while True:
-                # At most _READ_SIZE at a time: readany() returns all that is buffered, and the
-                # readers give the loop a turn between chunks, not inside one.
-                chunk = await content.read(_READ_SIZE)
-                if not chunk:
-                    return
-                if not decoders:
-                    yield chunk
-                    continue
-                pieces: Iterable[bytes] = (chunk,)
-                for decoder in decoders:
-                    pieces = _through(decoder, pieces)
-                for piece in pieces:
-                    yield piece
-        except _FAILURES as exc:
-            raise _translate(exc) from exc
+        async for chunk in self.chunks():
+            if not decoders:
+                yield chunk
+                continue
+            pieces: Iterable[bytes] = (chunk,)
+            for decoder in decoders:
+                pieces = _through(decoder, pieces)
+            for piece in pieces:
+                yield piece
 
-    async def read_framed(self, limit: int) -> bytes | None:
-        """The whole body in one read, when its ``Content-Length`` says it is at most
-        ``limit`` bytes and it is not encoded (the common case of a non-streamed answer);
-        else ``None``, and the caller reads :meth:`aiter_bytes` chunk by chunk."""
+    async def read_framed(self) -> bytes | None:
+        """The whole body in one read when a ``Content-Length`` frames it and it is not
+        encoded (the common case of a non-streamed answer), else ``None`` (then read
+        :meth:`aiter_bytes`). The caller checks the length against its cap first."""
         headers = self.headers
-        length = headers.get("content-length", "")
-        if not length.isdigit() or len(length) > 20 or int(length) > limit:
-            return None
-        if "content-encoding" in headers:
+        if "content-encoding" in headers or not headers.get("content-length", "").isdigit():
             return None
         try:
             return await self._response.content.read()  # the parser stops at Content-Length
@@ -214,11 +189,27 @@ class WireResponse:
         return b"".join([chunk async for chunk in self.aiter_bytes()])
 
     async def aclose(self) -> None:
-        """Free the connection: back to the pool if the body was read to its end, else closed."""
+        """Free the connection: back to the pool if the body was read to its end, else closed
+        (aiohttp never reuses a connection with a pending body)."""
         self._response.release()
         transport, self._transport = self._transport, None
         if transport is not None:
             transport._open_bodies -= 1
+
+
+class _Body(httpx2.AsyncByteStream):
+    """A :class:`WireResponse`'s body as an ``httpx2`` stream (``httpx2`` decodes it)."""
+
+    __slots__ = ("_wire",)
+
+    def __init__(self, wire: WireResponse) -> None:
+        self._wire = wire
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._wire.chunks()
+
+    async def aclose(self) -> None:
+        await self._wire.aclose()
 
 
 class AiohttpTransport(httpx2.AsyncBaseTransport):
@@ -276,32 +267,24 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
     ) -> WireResponse:
         """POST ``body`` to ``url``; the response with its body not yet read.
 
-        Redirects are not followed. Failures raise as ``httpx2`` transport errors. (The
-        providers' hot path: a run waiting here for a connection holds this frame, so it does
-        its work itself rather than through helpers.)
+        Redirects are not followed. Failures raise as ``httpx2`` transport errors.
         """
         target = self._urls.get(url)
         if target is None:
             if len(self._urls) > 64:
                 self._urls.clear()
             target = self._urls[url] = URL(url, encoded=True)
-        session = self._session or self._open()
-        if self._open_bodies < self._free_below:
-            await asyncio.sleep(0)  # see _send
         try:
-            response = await session._request(
+            response = await self._send(
                 "POST",
                 target,
-                headers=headers,
-                data=body,
-                allow_redirects=False,
-                timeout=_client_timeout(timeout.connect, timeout.read, timeout.pool),
+                headers,
+                body,
+                _client_timeout(timeout.connect, timeout.read, timeout.pool),
             )
-        except _FAILURES as exc:
-            error = _translate(exc)
-            error.request = httpx2.Request("POST", url)  # for messages naming host and port
-            raise error from exc
-        self._open_bodies += 1
+        except httpx2.TransportError as exc:
+            exc.request = httpx2.Request("POST", url)  # for messages naming host and port
+            raise
         return WireResponse(response, self)
 
     async def _send(
@@ -354,7 +337,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         return httpx2.Response(
             status_code=response.status,
             headers=response.raw_headers,
-            stream=_Body(response, self),
+            stream=_Body(WireResponse(response, self)),
             request=request,
             extensions={"http_version": b"HTTP/1.1"},
         )

@@ -12,7 +12,7 @@ is one ``build_request`` and one ``send``.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,18 +82,25 @@ class Endpoint:
         assert self.pools is not None
         return await self.pools.get()
 
-    async def send(self, pool: httpx2.AsyncClient, body: bytes) -> Response:
-        """POST ``body`` through ``pool``; the response, its body not yet read.
+    def send(self, pool: httpx2.AsyncClient, body: bytes) -> Awaitable[Response]:
+        """POST ``body`` through ``pool``: an awaitable of the response, its body not yet read.
+
+        On a :func:`~fanloop.providers._http.create_pool` pool of the ``aiohttp`` transport the
+        awaitable is the transport's own ``post()`` (no ``httpx2`` request or response is
+        built, and a run waiting for a connection holds no frame of this method).
 
         Raises:
-            httpx2.HTTPError: the request failed.
+            httpx2.HTTPError: the request failed (when awaited).
             RuntimeError: ``pool`` is closed.
         """
         wire = direct_transport(pool)
-        if wire is not None:
-            if pool.is_closed:
-                raise RuntimeError("Cannot send a request, as the client has been closed.")
-            return await wire.post(self.url, self.wire_headers, body, self.wire_timeout)
+        if wire is None:
+            return self._send_httpx(pool, body)
+        if pool.is_closed:
+            raise RuntimeError("Cannot send a request, as the client has been closed.")
+        return wire.post(self.url, self.wire_headers, body, self.wire_timeout)
+
+    async def _send_httpx(self, pool: httpx2.AsyncClient, body: bytes) -> Response:
         request = pool.build_request(
             "POST", self.url, content=body, headers=self.headers, timeout=self.timeout
         )

@@ -757,11 +757,12 @@ class HTTPProvider:
         size = 0
         try:
             length = response.headers.get("content-length", "")
-            if length.isdigit() and (len(length) > 20 or int(length) > limit):
-                raise self._too_large(request_id)
-            read_framed = getattr(response, "read_framed", None)
-            if read_framed is not None and (whole := await read_framed(limit)) is not None:
-                return whole  # type: ignore[no-any-return]
+            if length.isdigit():
+                if len(length) > 20 or int(length) > limit:
+                    raise self._too_large(request_id)
+                read_framed = getattr(response, "read_framed", None)
+                if read_framed is not None and (whole := await read_framed()) is not None:
+                    return whole  # type: ignore[no-any-return]
             clock = time.monotonic
             turn_ends = clock() + _FAIR_SHARE
             async for chunk in response.aiter_bytes():
@@ -817,14 +818,8 @@ class HTTPProvider:
         if self._closed:
             self._closed = False
         pool = await endpoint.pool()
-        wire = direct_transport(pool)
         try:
-            if wire is not None and not pool.is_closed:  # the hot path: straight to aiohttp
-                response: Response = await wire.post(
-                    endpoint.url, endpoint.wire_headers, body, endpoint.wire_timeout
-                )
-            else:
-                response = await endpoint.send(pool, body)
+            response = await endpoint.send(pool, body)
         except httpx2.TransportError as exc:
             raise transport_error(exc, provider=self.name) from exc
         except httpx2.HTTPError as exc:  # e.g. too many redirects
