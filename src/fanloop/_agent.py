@@ -618,25 +618,21 @@ class Agent(Generic[DepsT, OutputT]):
         """
         from ._stream import RunStream
 
-        before = None
+        execute: Callable[..., Awaitable[RunResult[Any]]] = partial(
+            self._active()._execute,  # an override in force now holds for the whole stream
+            prompt,
+            messages=messages,
+            session=session,
+            deps=deps,
+            model_settings=model_settings,
+        )
         if resume:
             if session is None or prompt is not None:
                 raise ConfigurationError("stream(resume=True) takes a session and no prompt")
-            before = _resume_step(session, approvals)
+            execute = _resumed(session, approvals, execute)
         elif approvals is not None:
             raise ConfigurationError("approvals= is for stream(resume=True)")
-        return RunStream(
-            partial(
-                self._active()._execute,  # an override in force now holds for the whole stream
-                prompt,
-                messages=messages,
-                session=session,
-                deps=deps,
-                before=before,
-                model_settings=model_settings,
-            ),
-            buffer=buffer,
-        )
+        return RunStream(execute, buffer=buffer)
 
     def run_sync(
         self,
@@ -699,13 +695,8 @@ class Agent(Generic[DepsT, OutputT]):
                 unanswered, or are given for a session that waits for none; or the session
                 waits for approvals and none were given. Nothing is changed.
         """
-        return await self._execute(
-            None,
-            session=session,
-            deps=deps,
-            before=_resume_step(session, approvals),
-            model_settings=model_settings,
-        )
+        execute = partial(self._execute, None, session=session, deps=deps)
+        return await _resumed(session, approvals, execute)(model_settings=model_settings)
 
     def as_tool(
         self,
@@ -1033,17 +1024,22 @@ def _with_shortcuts(
         raise ConfigurationError(f"invalid model setting: {exc}") from None
 
 
-def _resume_step(
-    session: Session, approvals: Mapping[str, bool | str] | None
-) -> Callable[[RunState], Awaitable[RunResult | None]]:
-    """What a resumed run does before its loop: run a parked batch on, or repair the turn."""
-    from ._approvals import check_answers, continue_parked
+def _resumed(
+    session: Session,
+    approvals: Mapping[str, bool | str] | None,
+    execute: Callable[..., Awaitable[RunResult[Any]]],
+) -> Callable[..., Awaitable[RunResult[Any]]]:
+    """``execute`` as a resumed run: a parked batch claimed and run on with ``approvals``, or
+    the turn a dead process left open repaired first. Answers of the wrong type are refused at
+    once; whether they match what the session waits for is checked on the stored state."""
+    from ._approvals import check_answer_types, check_answers, resume_parked
     from ._resume import repair
 
-    check_answers(session, approvals)  # raises before anything is changed
     if approvals:
-        return continue_parked(approvals)  # type: ignore[no-any-return]
-    return repair
+        check_answer_types(approvals)
+        return partial(resume_parked, session, approvals, execute)
+    check_answers(session, approvals)  # raises before anything is changed
+    return partial(execute, before=repair)
 
 
 def _notify(observer: LoopObserver, name: str, arg: Any) -> None:

@@ -348,10 +348,13 @@ async def _run_dangerous(run: RunState, item: _Call, results: list[ToolResultPar
     session = run.session
     if session is not None:  # a durable receipt before the effect, committed after it
         earlier = await session.effect(call.id)
+        if earlier is None:  # claimed atomically: of two workers racing here, one runs it
+            won, earlier = await session.claim_effect(turn=run.turns, call=call)
+            if won:
+                earlier = None
         if earlier is not None:
             await _replay(run, item, results, earlier)
             return
-        await session.begin_effect(turn=run.turns, call=call)
     await _run_one(run, item, results, announced=True)
     if session is not None:
         done = results[item.index]

@@ -24,7 +24,7 @@ from .tools.base import RunContext
 
 if TYPE_CHECKING:
     from ._agent import Agent
-    from ._approvals import Parked, PendingApproval
+    from ._approvals import Claim, Parked, PendingApproval
     from .sessions import Session
 
 _NO_OUTPUT: Any = object()
@@ -46,6 +46,7 @@ class RunState:
         "agent",
         "budget",
         "call_ids",
+        "claim",
         "context_base",
         "context_tokens",
         "decisions",
@@ -115,6 +116,7 @@ class RunState:
         self.parked: Parked | None = None  # a batch stopped for a person (see _approvals)
         self.pending: tuple[PendingApproval, ...] = ()
         self.decisions: dict[str, bool | str] = {}  # approvals a resumed batch was given
+        self.claim: Claim | None = None  # this run's hold on a parked batch it resumed
         self.output: Any = _NO_OUTPUT  # the validated typed answer, once there is one
         self.output_failures = 0
 

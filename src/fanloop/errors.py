@@ -12,6 +12,7 @@ retry_after=0.1)``.
      ├── ToolError                   raised by a tool: becomes an error result the model sees
      ├── ModelRetry                  raised by a tool or an output validator: "try again, because"
      ├── ApprovalError               resume() answers that do not match the pending approvals
+     │    └── ApprovalConflict       another resume is answering them, or already has
      ├── RunIncomplete               RunResult.raise_if_incomplete(): the run did not complete
      ├── ProviderError               a model call failed        .transient says "retry me"
      │    ├── RateLimited            429                        transient
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from ._result import RunResult
 
 __all__ = [
+    "ApprovalConflict",
     "ApprovalError",
     "AuthenticationError",
     "BadRequest",
@@ -110,6 +112,38 @@ class RunIncomplete(FanloopError):
 class ApprovalError(FanloopError, ValueError):
     """Approvals that do not match what a session waits for (an unknown call id, a pending call
     left unanswered), or a new turn started while calls wait for approval. Nothing changed."""
+
+
+class ApprovalConflict(ApprovalError):
+    """Another resume got to these approvals first. Nothing changed.
+
+    Two resumes of one parked batch (a double-clicked "Approve", two queue workers) race for
+    it; exactly one runs the batch and every other one gets this error: while the winner is
+    still running the batch (``answered`` is false), or after it has finished (``answered``
+    is true; ``answers`` are the answers it ran with, and the session holds the results).
+
+    Attributes:
+        session_id: the session's id.
+        call_ids: the pending call ids the answers were for.
+        answered: whether the batch has already been run to its end.
+        answers: the winner's answers by call id, once ``answered``; else empty.
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        /,
+        *,
+        session_id: str = "",
+        call_ids: tuple[str, ...] = (),
+        answered: bool = False,
+        answers: dict[str, bool | str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.call_ids = tuple(call_ids)
+        self.answered = answered
+        self.answers = dict(answers or {})
 
 
 class ScriptExhausted(FanloopError):

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from cli_helpers import PROVIDER, Done, fanloop
@@ -90,10 +92,32 @@ def test_defer_then_pending_then_approve_runs_the_call_once(
 
     # answered: nothing waits now, and approving again runs nothing
     again = agent(env, work, "sessions", "approve", "s1", "call_b1")
-    assert again.code == 1 and "has no calls waiting for approval" in again.err
+    assert again.code == 1 and "call_b1 of session 's1' were already answered" in again.err
     none = cli(env, work, "sessions", "pending")
     assert none.code == 0 and "no calls waiting for approval" in none.out
     assert runs(work) == 1 and len(server.requests) == 2
+
+
+def test_two_approves_at_once_run_the_call_once(
+    server: FakeLLMServer, env: dict[str, str], work: Path
+) -> None:
+    """A double-clicked approval from the command line: two ``sessions approve`` processes
+    started together; one runs the call and the turn, the other is told it was answered."""
+    park(server, env, work, "s3")
+    command = [sys.executable, "-m", "fanloop", "sessions", "approve", "s3", "call_b1"]
+    command += [*PROVIDER, "--root", str(work)]
+    procs = [
+        subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]  # fmt: skip
+    outputs = [p.communicate(timeout=60) for p in procs]
+    done = [(p.returncode, out, err) for p, (out, err) in zip(procs, outputs, strict=True)]
+    assert sorted(code for code, _, _ in done) == [0, 1], done
+    (loser,) = [err for code, _, err in done if code == 1]
+    assert "already answered" in loser or "being answered by another resume" in loser
+    assert runs(work) == 1
+    assert len(server.requests) == 2  # the parking turn and the winner's next turn
 
 
 def test_deny_with_a_reason_and_json(

@@ -21,6 +21,7 @@ from fanloop.sessions import (
 
 def test_exported_members() -> None:
     assert fanloop.sessions.__all__ == [
+        "EffectClaim",
         "EffectConflict",
         "EffectReceipt",
         "EffectStatus",

@@ -17,6 +17,7 @@ from fanloop.messages import (
     ToolResultPart,
 )
 from fanloop.sessions import (
+    EffectClaim,
     EffectConflict,
     EffectReceipt,
     EffectStatus,
@@ -274,12 +275,74 @@ async def test_begin_effect_writes_a_started_receipt(store: SessionStore, reopen
         started_at=receipt.started_at,
         finished_at=None,
         resolution_note=None,
+        attempt=receipt.attempt,
     )
     assert len(receipt.arguments_hash) == 64
+    assert receipt.attempt is not None and len(receipt.attempt) == 32
     stored = await fresh(reopen, "s")
     assert await stored.effect("call_1") == receipt
     assert await stored.effects() == [receipt]
     assert await stored.effect("other") is None
+
+
+async def test_claim_effect_has_exactly_one_winner(store: SessionStore, reopen: Reopen) -> None:
+    await store.open("s")
+    # Ten claimers, each through a store of its own where the store allows (as processes
+    # would), all at once: exactly one may run the call, and all see the winner's receipt.
+    sessions = [await (await reopen()).load("s") for _ in range(10)]
+    claims: list[EffectClaim] = []
+
+    async def claim(session: Session) -> None:
+        claims.append(await session.claim_effect(turn=1, call=CALL))
+
+    async with anyio.create_task_group() as tg:
+        for session in sessions:
+            tg.start_soon(claim, session)
+    winners = [c for c in claims if c.won]
+    assert len(winners) == 1
+    assert {c.receipt for c in claims} == {winners[0].receipt}
+    assert winners[0].receipt.attempt is not None
+    again = await sessions[0].claim_effect(turn=1, call=CALL)
+    assert again == EffectClaim(False, winners[0].receipt)
+    assert await sessions[0].begin_effect(turn=1, call=CALL) == winners[0].receipt
+
+
+async def test_set_metadata_if_changes_only_what_it_expected(
+    store: SessionStore, reopen: Reopen
+) -> None:
+    session = await store.open("s")
+    await session.set_metadata(lock={"owner": None}, title="t")
+    assert not await session.set_metadata_if("lock", {"owner": "other"}, lock={"owner": "me"})
+    assert session.metadata == {"lock": {"owner": None}, "title": "t"}
+    assert await session.set_metadata_if("lock", {"owner": None}, lock={"owner": "me"}, x=1)
+    assert session.metadata == {"lock": {"owner": "me"}, "title": "t", "x": 1}
+    assert await session.set_metadata_if("absent", None, absent="now", x=None)
+    assert (await fresh(reopen, "s")).metadata == {
+        "lock": {"owner": "me"},
+        "title": "t",
+        "absent": "now",
+    }
+    # A stale copy learns what is stored when it loses.
+    stale = await fresh(reopen, "s")
+    assert await session.set_metadata_if("lock", {"owner": "me"}, lock=None)
+    assert not await stale.set_metadata_if("lock", {"owner": "me"}, lock={"owner": "stale"})
+    assert "lock" not in stale.metadata
+
+
+async def test_set_metadata_if_has_exactly_one_winner(store: SessionStore, reopen: Reopen) -> None:
+    await store.open("s")
+    sessions = [await (await reopen()).load("s") for _ in range(10)]
+    won: list[int] = []
+
+    async def claim(n: int, session: Session) -> None:
+        if await session.set_metadata_if("owner", None, owner=n):
+            won.append(n)
+
+    async with anyio.create_task_group() as tg:
+        for n, session in enumerate(sessions):
+            tg.start_soon(claim, n, session)
+    assert len(won) == 1
+    assert (await fresh(reopen, "s")).metadata == {"owner": won[0]}
 
 
 async def test_begin_effect_again_with_the_same_call_returns_the_receipt(

@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 from contextlib import AsyncExitStack
 
+from .._approvals import check_not_answered
+from ..errors import ApprovalConflict
 from ..sessions import Session, pending_approvals
 from ._app import (
     EXIT_CONFIG,
@@ -55,6 +57,10 @@ def approvals_for(session: Session, args: argparse.Namespace) -> dict[str, bool 
     """
     pending = pending_approvals(session)
     if not pending:
+        try:
+            check_not_answered(session, args.call_ids)
+        except ApprovalConflict as exc:
+            raise CommandError(safe(str(exc))) from None
         raise CommandError(safe(f"session {session.id} has no calls waiting for approval"))
     waiting = {p.call_id: p for p in pending}
     listed = ", ".join(f"{p.call_id} ({p.name})" for p in pending)
@@ -107,12 +113,15 @@ async def cmd_approve(args: argparse.Namespace, console: Console) -> int:
             say(safe(f"{verdict} {call_id} ({names[call_id]}) in session {session.id}; running on"))
 
         async def body(interrupts: Interrupts) -> int:
-            outcome = await execute(
-                lambda: setup.agent.resume(session, approvals=approvals),
-                setup.view,
-                interrupts,
-                console,
-            )
+            try:
+                outcome = await execute(
+                    lambda: setup.agent.resume(session, approvals=approvals),
+                    setup.view,
+                    interrupts,
+                    console,
+                )
+            except ApprovalConflict as exc:  # another `approve` (or a web page) got there first
+                raise CommandError(safe(str(exc))) from None
             report_awaiting(outcome, console, session, args)
             return exit_code_for(outcome)
 

@@ -22,6 +22,7 @@ from .._session_budget import SessionSpend, session_budget, session_spend, set_s
 from ._errors import EffectConflict, SessionConflict, SessionError, SessionNotFound
 from ._memory import MemoryStore
 from ._models import (
+    EffectClaim,
     EffectReceipt,
     EffectStatus,
     SessionInfo,
@@ -35,6 +36,7 @@ from ._sqlite import SQLiteStore
 from ._store import SessionStore
 
 __all__ = [
+    "EffectClaim",
     "EffectConflict",
     "EffectReceipt",
     "EffectStatus",

@@ -147,6 +147,18 @@ class MemoryStore:
             entry.updated_at = self._clock()
             return dict(entry.metadata)
 
+    async def update_metadata_if(
+        self, session_id: str, key: str, expected: Any, changes: Mapping[str, Any]
+    ) -> tuple[bool, dict[str, Any]]:
+        """Merge ``changes`` only if ``metadata[key] == expected``; return whether it was."""
+        with self._lock:
+            entry = self._get(session_id)
+            if entry.metadata.get(key) != expected:
+                return False, dict(entry.metadata)
+            entry.metadata = _merged(entry.metadata, changes)
+            entry.updated_at = self._clock()
+            return True, dict(entry.metadata)
+
     async def add_receipt(self, receipt: EffectReceipt) -> EffectReceipt:
         """Insert ``receipt`` unless its call id has one; return the stored receipt."""
         with self._lock:

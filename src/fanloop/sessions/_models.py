@@ -10,12 +10,13 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..messages import Message, ToolResultPart
 
 __all__ = [
     "Clock",
+    "EffectClaim",
     "EffectReceipt",
     "EffectStatus",
     "SessionInfo",
@@ -58,6 +59,10 @@ class EffectReceipt:
         started_at: when the receipt was written, in seconds since the epoch.
         finished_at: when it was committed or resolved.
         resolution_note: the operator's note, for resolved receipts.
+        attempt: a random token naming the attempt that wrote the receipt. Two workers that
+            race to start the same call both try to insert a receipt; the one whose token
+            comes back won (see :meth:`Session.claim_effect`). ``None`` on receipts written
+            before tokens were kept.
     """
 
     session_id: str
@@ -70,6 +75,19 @@ class EffectReceipt:
     started_at: float
     finished_at: float | None
     resolution_note: str | None
+    attempt: str | None = None
+
+
+class EffectClaim(NamedTuple):
+    """What :meth:`Session.claim_effect` returns.
+
+    Attributes:
+        won: whether this caller wrote the receipt, and so may run the call.
+        receipt: the receipt now stored (the winner's, when ``won`` is false).
+    """
+
+    won: bool
+    receipt: EffectReceipt
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,13 +1,14 @@
 """What PostgresStore keeps apart from its methods: the schema, its migrations, the SQL text,
 and the connection settings. Nothing here imports psycopg.
 
-Layout (schema version 1, in the schema the store was given, ``fanloop`` by default)::
+Layout (schema version 2, in the schema the store was given, ``fanloop`` by default)::
 
     fanloop_schema_migrations  version PK, applied_at         one row per applied migration
     fanloop_sessions           id PK, created_at, updated_at, message_count, metadata (text)
     fanloop_messages           (session_id, idx) PK, role, json (json)   one row per message
     fanloop_effects            (session_id, call_id) PK, seq, turn, tool, arguments_hash,
-                               status, result (json), started_at, finished_at, resolution_note
+                               status, result (json), started_at, finished_at, resolution_note,
+                               attempt (version 2)
 
 The tables carry a ``fanloop_`` prefix so that ``schema="public"`` cannot collide with an
 application's own ``sessions`` table. Messages and results are stored as ``json`` (not
@@ -77,6 +78,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX fanloop_effects_by_status ON {s}.fanloop_effects (session_id, status)",
         "CREATE INDEX fanloop_sessions_by_update ON {s}.fanloop_sessions (updated_at)",
     ),
+    ("ALTER TABLE {s}.fanloop_effects ADD COLUMN attempt text",),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -86,7 +88,7 @@ _SCHEMA = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _NOW = "extract(epoch FROM clock_timestamp())::double precision"
 _RECEIPT = (
     "e.session_id, e.call_id, e.turn, e.tool, e.arguments_hash, e.status, e.result::text, "
-    "e.started_at, e.finished_at, e.resolution_note"
+    "e.started_at, e.finished_at, e.resolution_note, e.attempt"
 )
 
 
@@ -231,13 +233,14 @@ class Statements:
             exists=f"SELECT 1 FROM {sessions} WHERE id = %s",
             add_receipt=(
                 f"INSERT INTO {effects} (session_id, call_id, turn, tool, arguments_hash, "
-                "status, result, started_at, finished_at, resolution_note) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s::json, %s, %s, %s) "
+                "status, result, started_at, finished_at, resolution_note, attempt) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s::json, %s, %s, %s, %s) "
                 "ON CONFLICT (session_id, call_id) DO NOTHING"
             ),
             update_receipt=(
                 f"UPDATE {effects} SET turn = %s, tool = %s, arguments_hash = %s, status = %s, "
-                "result = %s::json, started_at = %s, finished_at = %s, resolution_note = %s "
+                "result = %s::json, started_at = %s, finished_at = %s, resolution_note = %s, "
+                "attempt = %s "
                 "WHERE session_id = %s AND call_id = %s AND status = %s"
             ),
             # One row (the receipt's columns, or NULLs) if the session exists, else none.

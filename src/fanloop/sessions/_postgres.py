@@ -192,6 +192,27 @@ class PostgresStore:
 
         return await self._run(update, transaction=True)
 
+    async def update_metadata_if(
+        self, session_id: str, key: str, expected: Any, changes: Mapping[str, Any]
+    ) -> tuple[bool, dict[str, Any]]:
+        """Merge ``changes`` only if ``metadata[key] == expected``; return whether it was.
+
+        The row is locked (``FOR UPDATE``) between the comparison and the write, so two
+        processes expecting the same value cannot both succeed."""
+
+        async def update(conn: AsyncConnection[Any]) -> tuple[bool, dict[str, Any]]:
+            stored = await scalar(conn, self._sql.metadata_for_update, (session_id,))
+            if stored is None:
+                raise SessionNotFound(session_id)
+            current = json.loads(stored)
+            if current.get(key) != expected:
+                return False, current
+            metadata = _merged(current, changes)
+            await conn.execute(self._sql.metadata_set, (json.dumps(metadata), session_id))
+            return True, metadata
+
+        return await self._run(update, transaction=True)
+
     async def add_receipt(self, receipt: EffectReceipt) -> EffectReceipt:
         """Insert ``receipt`` unless its call id has one; return the stored receipt."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import secrets
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -12,7 +13,7 @@ import anyio
 
 from .._log import logger
 from ._errors import EffectConflict
-from ._models import EffectReceipt, EffectStatus, SessionRecord, arguments_hash
+from ._models import EffectClaim, EffectReceipt, EffectStatus, SessionRecord, arguments_hash
 
 if TYPE_CHECKING:
     from ..messages import Message, ToolCallPart, ToolResultPart
@@ -118,6 +119,28 @@ class Session:
             with anyio.CancelScope(shield=True):
                 self._metadata = await self.store.update_metadata(self.id, normalised)
 
+    async def set_metadata_if(self, key: str, expected: Any, **changes: Any) -> bool:
+        """Merge ``changes`` into the metadata only if the *stored* ``metadata[key]`` equals
+        ``expected`` (``None``: the key is absent), atomically in the store.
+
+        Of several writers, in any processes, that expect the same value, exactly one wins:
+        this is how a claim on shared session state is taken. Either way :attr:`metadata`
+        afterwards shows what is stored.
+
+        Returns:
+            Whether the change was made.
+
+        Raises:
+            TypeError: a value is not JSON-serialisable.
+        """
+        expected, normalised = json.loads(json.dumps([expected, changes]))
+        async with self._lock:
+            with anyio.CancelScope(shield=True):
+                won, self._metadata = await self.store.update_metadata_if(
+                    self.id, key, expected, normalised
+                )
+        return won
+
     async def reload(self) -> None:
         """Re-read the history and metadata from the store."""
         async with self._lock:
@@ -133,8 +156,28 @@ class Session:
         Call this before running the tool and :meth:`commit_effect` after. If the session
         already holds a receipt for ``call.id`` with the same tool and arguments, that
         receipt is returned unchanged and nothing is written: look at its status before
-        running anything (``committed``: replay ``result``; ``started``: an earlier attempt
-        may have applied the effect, the outcome is uncertain).
+        running anything (``committed``: replay ``result``; ``started``: another attempt
+        may have applied the effect, the outcome is uncertain). To know whether *this* call
+        wrote the receipt, use :meth:`claim_effect`.
+
+        Args:
+            turn: the turn the call belongs to.
+            call: the tool call.
+
+        Raises:
+            EffectConflict: the call id already has a receipt for another tool or other
+                arguments.
+        """
+        return (await self.claim_effect(turn=turn, call=call)).receipt
+
+    async def claim_effect(self, *, turn: int, call: ToolCallPart) -> EffectClaim:
+        """Record that a dangerous call is about to run, as :meth:`begin_effect` does, and
+        say whether this caller won the right to run it.
+
+        Of any number of callers, in any number of processes, that claim the same call id,
+        exactly one gets ``won=True`` and may run the tool; every other one gets the stored
+        receipt with ``won=False`` and must not run it: it replays the receipt's result once
+        it is committed, and while it is ``started`` the outcome is not known.
 
         Args:
             turn: the turn the call belongs to.
@@ -155,6 +198,7 @@ class Session:
             started_at=time.time(),
             finished_at=None,
             resolution_note=None,
+            attempt=secrets.token_hex(16),
         )
         with anyio.CancelScope(shield=True):
             stored = await self.store.add_receipt(receipt)
@@ -167,7 +211,7 @@ class Session:
                 session_id=self.id,
                 call_id=call.id,
             )
-        return stored
+        return EffectClaim(stored.attempt == receipt.attempt, stored)
 
     async def commit_effect(self, call_id: str, result: ToolResultPart) -> EffectReceipt:
         """Record that the call finished with ``result`` (status ``committed``).

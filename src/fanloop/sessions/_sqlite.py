@@ -89,6 +89,7 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX effects_by_status ON effects (session_id, status)",
         "CREATE INDEX sessions_by_update ON sessions (updated_at)",
     ),
+    ("ALTER TABLE effects ADD COLUMN attempt TEXT",),
 )
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -96,7 +97,7 @@ SCHEMA_VERSION = len(_MIGRATIONS)
 
 _EFFECT_COLUMNS = (
     "session_id, call_id, turn, tool, arguments_hash, status, result, started_at, "
-    "finished_at, resolution_note"
+    "finished_at, resolution_note, attempt"
 )
 
 
@@ -307,13 +308,36 @@ class SQLiteStore:
 
         return await self._write(update)
 
+    async def update_metadata_if(
+        self, session_id: str, key: str, expected: Any, changes: Mapping[str, Any]
+    ) -> tuple[bool, dict[str, Any]]:
+        """Merge ``changes`` only if ``metadata[key] == expected``; return whether it was."""
+
+        def update(conn: sqlite3.Connection) -> tuple[bool, dict[str, Any]]:
+            row = conn.execute(
+                "SELECT metadata FROM sessions WHERE id = ?", (session_id,)
+            ).fetchone()
+            if row is None:
+                raise SessionNotFound(session_id)
+            stored = json.loads(row[0])
+            if stored.get(key) != expected:
+                return False, stored
+            metadata = {k: v for k, v in {**stored, **changes}.items() if v is not None}
+            conn.execute(
+                "UPDATE sessions SET metadata = ?, updated_at = ? WHERE id = ?",
+                (json.dumps(metadata), self._clock(), session_id),
+            )
+            return True, metadata
+
+        return await self._write(update)
+
     async def add_receipt(self, receipt: EffectReceipt) -> EffectReceipt:
         """Insert ``receipt`` unless its call id has one; return the stored receipt."""
 
         def add(conn: sqlite3.Connection) -> EffectReceipt:
             _require_session(conn, receipt.session_id)
             conn.execute(
-                f"INSERT INTO effects ({_EFFECT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                f"INSERT INTO effects ({_EFFECT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (session_id, call_id) DO NOTHING",
                 _receipt_row(receipt),
             )
@@ -336,7 +360,7 @@ class SQLiteStore:
             _require_session(conn, session_id)
             conn.execute(
                 "UPDATE effects SET turn = ?, tool = ?, arguments_hash = ?, status = ?, "
-                "result = ?, started_at = ?, finished_at = ?, resolution_note = ? "
+                "result = ?, started_at = ?, finished_at = ?, resolution_note = ?, attempt = ? "
                 "WHERE session_id = ? AND call_id = ? AND status = ?",
                 (*values, session_id, call_id, expected.value),
             )
@@ -484,11 +508,12 @@ def _receipt_row(r: EffectReceipt) -> tuple[Any, ...]:
         r.started_at,
         r.finished_at,
         r.resolution_note,
+        r.attempt,
     )
 
 
 def _receipt(row: tuple[Any, ...]) -> EffectReceipt:
-    sid, call_id, turn, tool, hash_, status, result, started, finished, note = row
+    sid, call_id, turn, tool, hash_, status, result, started, finished, note, attempt = row
     return EffectReceipt(
         session_id=sid,
         call_id=call_id,
@@ -500,4 +525,5 @@ def _receipt(row: tuple[Any, ...]) -> EffectReceipt:
         started_at=started,
         finished_at=finished,
         resolution_note=note,
+        attempt=attempt,
     )

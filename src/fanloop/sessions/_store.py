@@ -103,6 +103,21 @@ class SessionStore(Protocol):
         """
         ...
 
+    async def update_metadata_if(
+        self, session_id: str, key: str, expected: Any, changes: Mapping[str, Any]
+    ) -> tuple[bool, dict[str, Any]]:
+        """Merge ``changes`` into the metadata only if ``metadata[key] == expected``.
+
+        A compare-and-set, in one transaction: of any number of callers, in any number of
+        processes, that expect the same value, exactly one succeeds. ``expected=None`` means
+        the key is absent. The values are JSON-compatible.
+
+        Returns:
+            Whether the change was made, and the metadata as now stored (unchanged when it
+            was not).
+        """
+        ...
+
     async def add_receipt(self, receipt: EffectReceipt) -> EffectReceipt:
         """Insert ``receipt`` unless the session already has one for its call id.
 
