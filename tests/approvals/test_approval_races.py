@@ -297,3 +297,20 @@ async def test_a_late_duplicate_answer_is_told_the_batch_has_run() -> None:
     assert len((await store.load("s")).messages) == 4
     with pytest.raises(ApprovalError, match="no calls waiting"):
         await agent.resume(stale, approvals={"other": True})
+
+
+async def test_a_streamed_duplicate_answer_raises_before_any_event() -> None:
+    store = MemoryStore()
+    session, ledger, provider = await parked_session(store)
+    agent = Agent(provider, tools=ledger.tools())
+    stale = await store.load("s")
+    async with agent.stream(session=session, resume=True, approvals={"c2": True}) as run:
+        assert [e.kind async for e in run][-1] == "run_finished"
+    assert run.result.text == "paid"
+    events: list[str] = []
+    with pytest.raises(ApprovalConflict) as caught:
+        async with agent.stream(session=stale, resume=True, approvals={"c2": True}) as late:
+            events.extend([e.kind async for e in late])
+    assert events == []  # the loser's run never started: no run_started, nothing appended
+    assert (caught.value.answered, caught.value.answers) == (True, {"c2": True})
+    assert ledger.sent == 1
