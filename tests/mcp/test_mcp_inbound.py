@@ -149,3 +149,48 @@ def test_decoding_in_steps_matches_json_loads_and_refuses_deep_nesting() -> None
     with pytest.raises(ValueError):
         decode_in_steps(b"\xff{}")
     assert issubclass(Refused, Exception)
+
+
+def listing_request(request_id: int | str) -> Any:
+    from mcp_types import JSONRPCRequest
+
+    return JSONRPCRequest(jsonrpc="2.0", id=request_id, method="tools/list", params={})
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"jsonrpc":"2.0","id":7,"result":{"tools":[' + b"x" * (2 << 20) + b"]}}",
+        b'{"result":{"tools":[' + b"x" * (2 << 20) + b']},"jsonrpc":"2.0","id":7}',
+    ],
+    ids=["id first", "id last"],
+)
+async def test_a_long_listing_line_is_refused_unread(line: bytes) -> None:
+    """The line is not JSON past its envelope: refused without decoding it."""
+    from mcp_types import JSONRPCError
+
+    inbound = Inbound(MCPLimits(), "stdio")
+    inbound.sent(listing_request(7))
+    item = await inbound.decode(line)
+    assert not isinstance(item, Exception)
+    message = item.message
+    assert isinstance(message, JSONRPCError) and message.id == 7
+    assert "MCPLimits(max_listing_bytes=1,048,576)" in message.error.message
+    refused = inbound.take_refused()
+    assert refused is not None and refused.limit == "max_listing_bytes"
+
+
+async def test_a_long_line_answering_another_request_is_decoded_aside() -> None:
+    from mcp_types import JSONRPCResponse
+
+    inbound = Inbound(MCPLimits(), "stdio")
+    inbound.sent(listing_request(7))
+    line = json.dumps({"jsonrpc": "2.0", "id": 8, "result": {"text": "y" * (3 << 20)}}).encode()
+    async with heartbeat() as beat:
+        item = await inbound.decode(line)
+    assert not isinstance(item, Exception)
+    assert isinstance(item.message, JSONRPCResponse) and item.message.id == 8
+    assert len(item.message.result["text"]) == 3 << 20
+    assert inbound.take_refused() is None
+    assert beat.max_gap < 0.1, beat
+    assert isinstance(await inbound.decode(b"{not json" + b" " * 70_000), ValueError)

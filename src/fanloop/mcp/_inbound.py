@@ -51,6 +51,11 @@ BIG_MESSAGE = 64 << 10
 """Messages longer than this are decoded in a worker thread."""
 
 _DECODE_CHUNK = 1 << 20
+_ID = rb'(-?\d{1,20}|"[^"\\]{0,200}")'
+_HEAD = re.compile(
+    rb'\s*\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*' + _ID + rb'\s*,\s*"result"\s*:'
+)
+_TAIL = re.compile(rb'"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*' + _ID + rb"\s*\}\s*$")
 _SSE_EVENTS = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 _SSE_LINES = re.compile(rb"\r\n|\n|\r")
 
@@ -147,7 +152,31 @@ class Inbound:
         raised, which the SDK logs and skips). A large line is decoded in a worker thread."""
         if len(line) <= BIG_MESSAGE:
             return self._decode(line, steps=False)
+        if len(line) > self.limits.max_listing_bytes and self._listings:
+            refusal = self._refuse_unread(line)
+            if refusal is not None:
+                return refusal
         return await anyio.to_thread.run_sync(self._decode, line, True, abandon_on_cancel=True)
+
+    def _refuse_unread(self, line: bytes) -> SessionMessage | None:
+        """The error answer to a listing over ``max_listing_bytes``, when the line's envelope
+        says which request it answers (its first or last bytes): it is then not decoded."""
+        found = _HEAD.match(line, 0, 512) or _TAIL.search(line, max(0, len(line) - 512))
+        if found is None:
+            return None
+        request_id = json.loads(found.group(1))
+        if request_id not in self._listings:
+            return None
+        self._listings.discard(request_id)
+        self.listing_bytes += len(line)
+        refused = self.refused = self._long_listing(len(line))
+        return SessionMessage(
+            JSONRPCError(
+                jsonrpc="2.0",
+                id=request_id,
+                error=ErrorData(code=INTERNAL_ERROR, message=str(refused)),
+            )
+        )
 
     def _decode(self, line: bytes, steps: bool) -> SessionMessage | Exception:
         try:
@@ -177,12 +206,7 @@ class Inbound:
         limits = self.limits
         self.listing_bytes += size
         if size > limits.max_listing_bytes:
-            return Refused(
-                f"MCP server {self.server!r} sent a tool listing of {size:,} bytes "
-                f"(MCPLimits(max_listing_bytes={limits.max_listing_bytes:,})); raise it to "
-                "load this server's tools",
-                limit="max_listing_bytes",
-            )
+            return self._long_listing(size)
         tools = result.get("tools") if isinstance(result, dict) else None
         if isinstance(tools, list) and len(tools) > limits.max_tools:
             return Refused(
@@ -192,6 +216,14 @@ class Inbound:
                 limit="max_tools",
             )
         return None
+
+    def _long_listing(self, size: int) -> Refused:
+        return Refused(
+            f"MCP server {self.server!r} sent a tool listing of {size:,} bytes "
+            f"(MCPLimits(max_listing_bytes={self.limits.max_listing_bytes:,})); raise it to "
+            "load this server's tools",
+            limit="max_listing_bytes",
+        )
 
     # -- HTTP: a response hook --------------------------------------------------------------
 
