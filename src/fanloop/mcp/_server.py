@@ -502,8 +502,8 @@ class MCPServer:
         """The server's tools as the MCP SDK describes them (every page).
 
         The listing is bounded by :attr:`limits` (tools and bytes, all pages together), by
-        :data:`~fanloop.mcp._limits.MAX_LIST_PAGES` pages, and by ``connect_timeout`` for the
-        whole of it; a page over a limit is refused before it is decoded.
+        100 pages, and by ``connect_timeout`` for the whole of it; a page over a limit is
+        refused before the SDK decodes it.
 
         Raises:
             MCPListingError: the listing broke a limit (the message names the option to raise).
