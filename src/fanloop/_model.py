@@ -165,7 +165,7 @@ def _watchdog(loop: asyncio.AbstractEventLoop) -> _Watchdog:
 
 # Stream items that are news about the call, not part of the answer: a retry after them has
 # no partial output to discard.
-_NOT_OUTPUT = frozenset({"pacing_wait", "pacing_unavailable", "provider_fallback"})
+_NOT_OUTPUT = frozenset({"pacing_wait", "pacing_unavailable", "pacing_capped", "provider_fallback"})
 
 
 def _asyncio_loop() -> asyncio.AbstractEventLoop | None:

@@ -38,6 +38,7 @@ __all__ = [
     "MessageAppended",
     "ModelFailed",
     "OutputPartial",
+    "PacingCapped",
     "PacingReason",
     "PacingUnavailable",
     "PacingWait",
@@ -341,6 +342,21 @@ class PacingUnavailable(_Event):
     fail_open: bool
 
 
+@dataclass(slots=True)
+class PacingCapped(_Event):
+    """A value read back from the shared pacing state (Redis) was out of bounds, and was capped
+    or ignored (see :class:`~fanloop.pacing.RedisPacing`).
+
+    ``detail`` says what was found and what was done, e.g. ``"cool was 1e+09 s ahead (capped
+    at max_cooldown = 60 s)"``. The state is repaired where it lies; the call goes on within
+    the caps.
+    """
+
+    kind: ClassVar[Literal["pacing_capped"]] = "pacing_capped"
+    key: str
+    detail: str
+
+
 # -- tools ------------------------------------------------------------------------------------
 
 
@@ -413,6 +429,7 @@ Event: TypeAlias = (
     | StallDetected
     | PacingWait
     | PacingUnavailable
+    | PacingCapped
     | ApprovalRequested
     | ApprovalResolved
     | ToolStarted

@@ -18,7 +18,8 @@ Spans follow the GenAI semantic conventions:
 A paced model call (:mod:`fanloop.pacing`) that waited has a ``fanloop.pacing_wait`` span
 event per wait on its ``chat`` span (key, reason, seconds) and its total wait in
 ``fanloop.pacing.wait_seconds``; an unreachable pacing backend adds a
-``fanloop.pacing_unavailable`` event.
+``fanloop.pacing_unavailable`` event, and shared pacing state found out of bounds a
+``fanloop.pacing_capped`` event (key, detail).
 
 The attribute names are the GenAI ones (``gen_ai.operation.name``, ``gen_ai.provider.name``,
 ``gen_ai.request.model``, ``gen_ai.usage.input_tokens`` ...), spelled out here because the
@@ -145,7 +146,7 @@ class OpenTelemetryObserver(NullObserver):
             span = self._chats.pop(key, None)
             if span is not None:
                 _fail(span, event.error)
-        elif event.kind == "pacing_wait" or event.kind == "pacing_unavailable":
+        elif event.kind in ("pacing_wait", "pacing_unavailable", "pacing_capped"):
             self._paced(key, event)
         elif event.kind == "tool_started":
             run = self._runs.get(key)
@@ -196,6 +197,12 @@ class OpenTelemetryObserver(NullObserver):
         its ``chat`` span, and the call's total wait as ``fanloop.pacing.wait_seconds``."""
         span = self._chats.get(key)
         if span is None:
+            return
+        if event.kind == "pacing_capped":
+            span.add_event(
+                "fanloop.pacing_capped",
+                {PACING_KEY: event.key, "fanloop.pacing.detail": event.detail[:500]},
+            )
             return
         if event.kind == "pacing_unavailable":
             span.add_event(

@@ -69,6 +69,8 @@ def test_public_names() -> None:
 
     assert fanloop.mcp.__all__ == [
         "MCPConnectionError",
+        "MCPLimits",
+        "MCPListingError",
         "MCPServer",
         "MCPServerError",
         "MCPTool",

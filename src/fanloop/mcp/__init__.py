@@ -14,10 +14,15 @@ Errors::
 
     FanloopError
      └── MCPServerError          the server is not connected, failed, or answered nonsense
-          └── MCPConnectionError  the connection could not be opened (at ``async with``)
+          ├── MCPConnectionError  the connection could not be opened (at ``async with``)
+          └── MCPListingError     its tool listing broke a limit of MCPLimits
 
 Tool calls never raise: failures (including a crashed server or a call past its timeout)
 become error results the model reads.
+
+What a server sends is bounded by :class:`MCPLimits` (``MCPServer.stdio(..., limits=...)``):
+how many tools it may list, how many bytes the listing and each tool may take, how large one
+message may be.
 """
 
 try:
@@ -27,11 +32,14 @@ except ImportError as _err:  # pragma: no cover - exercised by a test that hides
         "fanloop.mcp needs the MCP SDK, an optional extra: pip install 'fanloop[mcp]'"
     ) from _err
 
-from ._server import MCPConnectionError, MCPServer, MCPServerError
+from ._limits import MCPLimits
+from ._server import MCPConnectionError, MCPListingError, MCPServer, MCPServerError
 from ._tool import MCPTool, convert_result, load_mcp_tools, open_mcp_tools
 
 __all__ = [
     "MCPConnectionError",
+    "MCPLimits",
+    "MCPListingError",
     "MCPServer",
     "MCPServerError",
     "MCPTool",

@@ -26,24 +26,26 @@ from typing import IO, TYPE_CHECKING, Any, TextIO
 import anyio
 import anyio.abc
 import httpx2
-from mcp import Client, MCPError, StdioServerParameters, stdio_client
+from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT, CallToolResult
 from mcp_types import Tool as RemoteTool
 
 from .._log import logger
 from ..errors import FanloopError
+from ._inbound import Inbound, Refused
+from ._limits import DEFAULT_LIMITS, MAX_LIST_PAGES, MCPLimits
+from ._stdio import stdio_transport
 
 if TYPE_CHECKING:
     from types import TracebackType
     from typing import Self
 
-__all__ = ["MCPConnectionError", "MCPServer", "MCPServerError"]
+__all__ = ["MCPConnectionError", "MCPListingError", "MCPServer", "MCPServerError"]
 
 DEFAULT_TIMEOUT = 60.0
 DEFAULT_CONNECT_TIMEOUT = 60.0
 _STDERR_TAIL = 2000
-_LIST_PAGE_CAP = 100
 
 
 class MCPServerError(FanloopError):
@@ -74,6 +76,21 @@ class MCPConnectionError(MCPServerError):
         self.stderr = stderr
 
 
+class MCPListingError(MCPServerError):
+    """An MCP server's tool listing broke a limit of :class:`~fanloop.mcp.MCPLimits`: too
+    many tools, too many bytes, too many pages, or a page cursor seen before.
+
+    Attributes:
+        server: the server's display name.
+        limit: the limit broken: ``"max_tools"``, ``"max_listing_bytes"``,
+            ``"max_message_bytes"``, ``"pages"`` or ``"cursor"``.
+    """
+
+    def __init__(self, message: str = "", /, *, server: str | None = None, limit: str = "") -> None:
+        super().__init__(message, server=server)
+        self.limit = limit
+
+
 @dataclass(frozen=True, slots=True)
 class _StdioSpec:
     command: str
@@ -102,6 +119,7 @@ class _Connection:
 
     def __init__(self, server: MCPServer) -> None:
         self.server = server
+        self.inbound = Inbound(server.limits, server.name)
         self.client: Client | None = None
         self.failure: Exception | None = None
         self.stderr: IO[bytes] | None = None
@@ -175,7 +193,8 @@ class _Connection:
         try:
             with handshake:
                 async with AsyncExitStack() as stack:
-                    transport = await self.server._transport(stack, self.stderr)
+                    self.inbound.reset()
+                    transport = await self.server._transport(stack, self.stderr, self.inbound)
                     # The session's default read timeout bounds list_tools too; each tool
                     # call passes its own.
                     client = Client(transport, read_timeout_seconds=limit, cache=None)
@@ -234,6 +253,7 @@ class MCPServer:
         connect_timeout: seconds allowed for opening the connection and listing tools.
         prefix: default prefix for tool names (see :func:`~fanloop.mcp.load_mcp_tools`).
         include: default subset of remote tool names to load.
+        limits: what the server may send (:class:`~fanloop.mcp.MCPLimits`).
     """
 
     def __init__(
@@ -245,14 +265,18 @@ class MCPServer:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         prefix: str | None = None,
         include: Sequence[str] | None = None,
+        limits: MCPLimits | None = None,
     ) -> None:
         """Prefer :meth:`stdio` and :meth:`http`; this signature is not part of the API."""
+        if limits is not None and not isinstance(limits, MCPLimits):
+            raise TypeError(f"limits= takes an MCPLimits, not {limits!r}")
         self._spec = spec
         self.name = name
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.prefix = prefix
         self.include = tuple(include) if include is not None else None
+        self.limits = limits if limits is not None else DEFAULT_LIMITS
         self._open: list[_Connection] = []
 
     @classmethod
@@ -269,6 +293,7 @@ class MCPServer:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         prefix: str | None = None,
         include: Sequence[str] | None = None,
+        limits: MCPLimits | None = None,
     ) -> MCPServer:
         """A server run as a subprocess that speaks MCP on its stdin and stdout.
 
@@ -289,6 +314,8 @@ class MCPServer:
             connect_timeout: seconds allowed for starting the server and listing its tools.
             prefix: default prefix for the loaded tools' names.
             include: default subset of tool names to load.
+            limits: what the server may send: how many tools, how many bytes
+                (:class:`~fanloop.mcp.MCPLimits`; its defaults when ``None``).
         """
         display = name or " ".join([Path(command).name, *args])[:80]
         spec = _StdioSpec(command, tuple(args), env, cwd, errlog)
@@ -299,6 +326,7 @@ class MCPServer:
             connect_timeout=connect_timeout,
             prefix=prefix,
             include=include,
+            limits=limits,
         )
 
     @classmethod
@@ -313,20 +341,24 @@ class MCPServer:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         prefix: str | None = None,
         include: Sequence[str] | None = None,
+        limits: MCPLimits | None = None,
     ) -> MCPServer:
         """A server reached over streamable HTTP, e.g. ``http://127.0.0.1:8000/mcp``.
 
         Args:
             url: the MCP endpoint.
             headers: headers sent with every request (e.g. ``Authorization``).
-            http_client: an ``httpx2.AsyncClient`` to use instead of the SDK's default one
-                (for auth, proxies, TLS); fanloop never closes it. Not combined with
-                ``headers``.
+            http_client: an ``httpx2.AsyncClient`` to use instead of fanloop's own (for auth,
+                proxies, TLS); fanloop never closes it, and does not change it, so the SDK
+                reads its response bodies unbounded (``limits`` still caps the tool count).
+                Not combined with ``headers``.
             name: display name; defaults to the URL.
             timeout: seconds before a tool call becomes an error result (``None``: no limit).
             connect_timeout: seconds allowed for connecting and listing tools.
             prefix: default prefix for the loaded tools' names.
             include: default subset of tool names to load.
+            limits: what the server may send: how many tools, how many bytes
+                (:class:`~fanloop.mcp.MCPLimits`; its defaults when ``None``).
 
         Raises:
             ValueError: both ``headers`` and ``http_client`` were given.
@@ -340,6 +372,7 @@ class MCPServer:
             connect_timeout=connect_timeout,
             prefix=prefix,
             include=include,
+            limits=limits,
         )
 
     def __repr__(self) -> str:
@@ -398,8 +431,11 @@ class MCPServer:
             logger.warning("mcp_server_close_failed", server=self.name, error=_describe(err))
         logger.debug("mcp_server_closed", server=self.name, open=len(self._open))
 
-    async def _transport(self, stack: AsyncExitStack, errlog: IO[bytes] | None) -> Any:
-        """The SDK transport for this server; what it needs closing goes on ``stack``."""
+    async def _transport(
+        self, stack: AsyncExitStack, errlog: IO[bytes] | None, inbound: Inbound
+    ) -> Any:
+        """The SDK transport for this server, its messages checked by ``inbound``; what it
+        needs closing goes on ``stack``."""
         spec = self._spec
         if isinstance(spec, _StdioSpec):
             params = StdioServerParameters(
@@ -408,15 +444,22 @@ class MCPServer:
                 env=dict(spec.env) if spec.env is not None else None,
                 cwd=spec.cwd,
             )
-            return stdio_client(params, errlog=spec.errlog or errlog)  # type: ignore[arg-type]
+            return stdio_transport(params, spec.errlog or errlog, inbound)  # type: ignore[arg-type]
         client = spec.http_client
-        if client is None and spec.headers is not None:
-            # The SDK's default client has no headers, and it never closes a client it is given.
+        if client is None:
+            # The SDK's client, with the headers given and a hook that bounds what it reads
+            # (the SDK never closes a client it is given).
             from mcp.shared._httpx_utils import create_mcp_http_client
 
             client = await stack.enter_async_context(
-                create_mcp_http_client(headers=dict(spec.headers))
+                create_mcp_http_client(
+                    headers={
+                        **(spec.headers or {}),
+                        "accept-encoding": "gzip, deflate",  # what the hook decodes
+                    }
+                )
             )
+            client.event_hooks = {"request": [], "response": [inbound.on_response]}
         return streamable_http_client(spec.url, http_client=client)
 
     def _connect_error(self, err: Exception, stderr: str | None) -> MCPConnectionError:
@@ -458,31 +501,85 @@ class MCPServer:
     async def list_tools(self) -> list[RemoteTool]:
         """The server's tools as the MCP SDK describes them (every page).
 
+        The listing is bounded by :attr:`limits` (tools and bytes, all pages together), by
+        100 pages, and by ``connect_timeout`` for the whole of it; a page over a limit is
+        refused before the SDK decodes it.
+
         Raises:
+            MCPListingError: the listing broke a limit (the message names the option to raise).
             MCPServerError: not connected, the server failed, or it did not answer within
                 ``connect_timeout``.
         """
         conn = self._live_connection()
+        inbound = conn.inbound
         tools: list[RemoteTool] = []
+        cursors: set[str] = set()
         cursor: str | None = None
+        start = inbound.listing_bytes
+        inbound.take_refused()
         try:
-            if conn.client is None or conn.lost:
-                await conn.reconnect()
-            client = conn.require_client()
-            for _ in range(_LIST_PAGE_CAP):
-                page = await client.list_tools(cursor=cursor)
-                tools.extend(page.tools)
-                cursor = page.next_cursor
-                if cursor is None:
-                    break
+            with anyio.fail_after(self.connect_timeout):
+                if conn.client is None or conn.lost:
+                    await conn.reconnect()
+                client = conn.require_client()
+                for _ in range(MAX_LIST_PAGES):
+                    page = await client.list_tools(cursor=cursor)
+                    tools.extend(page.tools)
+                    self._check_listing(len(tools), inbound.listing_bytes - start)
+                    cursor = page.next_cursor
+                    if cursor is None:
+                        return tools
+                    if cursor in cursors:
+                        raise MCPListingError(
+                            f"MCP server {self.name!r} sent the same page cursor twice: its "
+                            "listing would never end",
+                            server=self.name,
+                            limit="cursor",
+                        )
+                    cursors.add(cursor)
+                raise MCPListingError(
+                    f"MCP server {self.name!r} lists its tools on more than {MAX_LIST_PAGES} pages",
+                    server=self.name,
+                    limit="pages",
+                )
+        except MCPListingError:
+            raise
         except Exception as err:
             if _is_mcp_error(err, CONNECTION_CLOSED):
                 conn.lost = True
+            refused = inbound.take_refused()
+            if refused is not None:
+                raise _listing_error(self.name, refused) from err
+            reason = (
+                f"no answer within {self.connect_timeout:g} s"
+                if isinstance(err, TimeoutError)
+                else _describe(err)
+            )
             raise MCPServerError(
-                f"MCP server {self.name!r} failed to list its tools: {_describe(err)}",
+                f"MCP server {self.name!r} failed to list its tools: {reason}",
                 server=self.name,
             ) from err
-        return tools
+
+    def _check_listing(self, count: int, size: int) -> None:
+        """Raise :class:`MCPListingError` when a listing of ``count`` tools and ``size`` bytes
+        (so far) breaks a limit."""
+        limits = self.limits
+        if count > limits.max_tools:
+            raise MCPListingError(
+                f"MCP server {self.name!r} lists more than {limits.max_tools} tools "
+                f"(MCPLimits(max_tools={limits.max_tools})); raise it to load them (and pick the "
+                "ones to use with include=)",
+                server=self.name,
+                limit="max_tools",
+            )
+        if size > limits.max_listing_bytes:
+            raise MCPListingError(
+                f"MCP server {self.name!r} sent a tool listing of {size:,} bytes "
+                f"(MCPLimits(max_listing_bytes={limits.max_listing_bytes:,})); raise it to load "
+                "this server's tools",
+                server=self.name,
+                limit="max_listing_bytes",
+            )
 
     async def call_tool(
         self, name: str, arguments: Mapping[str, Any], *, timeout: float | None
@@ -510,6 +607,11 @@ class MCPServer:
                 conn.lost = True  # a closed session never reopens: fail later calls at once
             raise
 
+    def _take_refused(self) -> Refused | None:
+        """The last limit this task's connection refused a message for, once."""
+        conn = self._connection()
+        return conn.inbound.take_refused() if conn is not None else None
+
     def stderr_tail(self) -> str | None:
         """The end of this task's stdio server stderr, when fanloop captures it."""
         conn = self._connection()
@@ -527,6 +629,10 @@ def _read_tail(file: IO[bytes] | None) -> str | None:
         return None
     text = data.decode("utf-8", "replace").strip()
     return text or None
+
+
+def _listing_error(server: str, refused: Refused) -> MCPListingError:
+    return MCPListingError(str(refused), server=server, limit=refused.limit)
 
 
 def _is_mcp_error(err: BaseException, code: int) -> bool:

@@ -46,7 +46,7 @@ from ..messages import (
     media_base64,
     sniff_image,
 )
-from ..tools.base import Tool, ToolResult
+from ..tools.base import Tool, ToolResult, compile_validator
 from ._server import MCPServer, MCPServerError, _describe
 
 __all__ = ["MCPTool", "load_mcp_tools", "open_mcp_tools"]
@@ -129,14 +129,17 @@ class MCPTool(Tool):
             limit = f" within {self.timeout:g} s" if self.timeout is not None else ""
             text = f"MCP tool {self.name!r} did not answer{limit}."
         elif err.code == CONNECTION_CLOSED:
+            refused = self.server._take_refused()
             logger.warning(
                 "mcp_server_connection_closed",
                 tool=self.name,
                 server=server,
                 stderr=self.server.stderr_tail(),
+                refused=str(refused) if refused is not None else None,
             )
+            why = f" ({refused})" if refused is not None else " (it may have crashed)"
             text = (
-                f"MCP server {server!r} closed the connection (it may have crashed); "
+                f"MCP server {server!r} closed the connection{why}; "
                 f"tool {self.name!r} is unavailable."
             )
         else:
@@ -288,9 +291,14 @@ async def load_mcp_tools(
             ``timeout`` (60 s unless set).
 
     Returns:
-        One :class:`MCPTool` per remote tool, in the server's order.
+        One :class:`MCPTool` per remote tool, in the server's order. A tool over the
+        server's ``MCPLimits(max_tool_bytes=...)``, or whose input schema is not a valid JSON
+        Schema, is skipped with an ``mcp_tool_skipped`` warning. Each tool's schema is
+        checked and compiled in a worker thread.
 
     Raises:
+        MCPListingError: the listing broke a limit of the server's
+            :class:`~fanloop.mcp.MCPLimits` (the message names the one to raise).
         MCPServerError: the server is not open, failed, or did not answer.
         ConfigurationError: ``include`` names a tool the server does not have, or two tools
             end up with the same name.
@@ -308,19 +316,63 @@ async def load_mcp_tools(
                 f"it has: {', '.join(sorted(available)) or 'none'}"
             )
         remote = [t for t in remote if t.name in wanted]
+    tools = await anyio.to_thread.run_sync(
+        partial(_wrap, server, remote, prefix=prefix, timeout=call_timeout),
+        abandon_on_cancel=True,
+    )
+    logger.debug("mcp_tools_loaded", server=server.name, count=len(tools))
+    return tools
+
+
+def _wrap(
+    server: MCPServer, remote: list[RemoteTool], *, prefix: str | None, timeout: float | None
+) -> list[Tool]:
+    """The listed tools as :class:`MCPTool` objects, each measured and its schema compiled.
+
+    Run in a worker thread (the run can leave it): what a server lists is untrusted, and
+    checking a schema against its metaschema is CPU work. A tool over ``max_tool_bytes``, or
+    with a schema that is invalid or nested too deeply, is skipped with a warning.
+    """
+    limit = server.limits.max_tool_bytes
     tools: list[Tool] = []
     seen: dict[str, str] = {}
     for spec in remote:
         name = _local_name(spec.name, prefix)
+        tool = MCPTool(server, spec, name=name, timeout=timeout)
+        problem = _problem(spec, tool, limit)
+        if problem is not None:
+            logger.warning(
+                "mcp_tool_skipped", server=server.name, tool=spec.name[:_MAX_NAME], reason=problem
+            )
+            continue
         if name in seen:
             raise ConfigurationError(
                 f"MCP server {server.name!r}: tools {seen[name]!r} and {spec.name!r} would both "
                 f"be named {name!r}; pass include= to choose"
             )
         seen[name] = spec.name
-        tools.append(MCPTool(server, spec, name=name, timeout=call_timeout))
-    logger.debug("mcp_tools_loaded", server=server.name, count=len(tools))
+        tools.append(tool)
     return tools
+
+
+def _problem(spec: RemoteTool, tool: MCPTool, limit: int) -> str | None:
+    """Why a listed tool is not loaded, or ``None``."""
+    try:
+        size = len(spec.model_dump_json(by_alias=True, exclude_none=True))
+    except (ValueError, RecursionError):  # pydantic's serialisation errors are ValueErrors
+        return "its description cannot be measured (nested too deeply?)"
+    if size > limit:
+        return (
+            f"it takes {size:,} bytes, over MCPLimits(max_tool_bytes={limit:,}); raise it to "
+            "load this tool"
+        )
+    try:
+        compile_validator(tool)
+    except ConfigurationError as exc:
+        return str(exc)
+    except RecursionError:
+        return "its input schema is nested too deeply"
+    return None
 
 
 @asynccontextmanager

@@ -36,11 +36,13 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
+from .._log import logger
 from ..errors import ConfigurationError, ProviderConnectionError, ProviderError, RateLimited
-from ..events import PacingReason, PacingUnavailable, PacingWait
+from ..events import PacingCapped, PacingReason, PacingUnavailable, PacingWait
 from ..providers._types import ModelRequest, ModelResponse
 
 __all__ = [
+    "MAX_NOTICE",
     "MAX_STEP",
     "Acquisition",
     "Backend",
@@ -55,6 +57,9 @@ __all__ = [
 
 MAX_STEP = 30.0
 """The longest single wait: a longer one is reported (and re-checked) in steps of this."""
+
+MAX_NOTICE = 500
+"""The longest account of repaired shared state that is reported, in characters."""
 
 CLEANUP_TIMEOUT = 2.0
 """Seconds that giving back a slot may take (shielded from cancellation, then abandoned)."""
@@ -89,6 +94,8 @@ class Hold:
         reason: what the slot waited for.
         sending: its send time is booked too (it woke late for its slot).
         bypass: the backend was unreachable and the call goes unpaced.
+        notice: what the backend's last step found out of bounds in the shared state and
+            capped or ignored (reported once, as a ``pacing_capped`` event).
     """
 
     lease: str | None = None
@@ -99,6 +106,7 @@ class Hold:
     reason: PacingReason = "requests"
     sending: bool = False
     bypass: bool = False
+    notice: str = ""
 
     def clear(self) -> None:
         """Forget everything held (after the backend gave it back)."""
@@ -272,7 +280,15 @@ class Pacer:
         shared state could not be reached."""
         if not (isinstance(seconds, int | float) and seconds > 0):
             return False
-        seconds = min(float(seconds), self.max_cooldown)
+        if seconds > self.max_cooldown:
+            logger.info(
+                "pacing_cooldown_capped",
+                key=self.key,
+                seconds=seconds,
+                max_cooldown=self.max_cooldown,
+            )
+            seconds = self.max_cooldown
+        seconds = float(seconds)
         if seconds <= 0:
             return False
         with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT):
@@ -359,7 +375,7 @@ class Acquisition:
     """One call's way through the gate. Step it until :meth:`step` returns ``None``; then send
     the call; then :meth:`close` it with the usage (always: it gives back what is held)."""
 
-    __slots__ = ("_failure", "closed", "cost", "granted", "hold", "pacer")
+    __slots__ = ("_failure", "_notice", "closed", "cost", "granted", "hold", "pacer")
 
     def __init__(self, pacer: Pacer, cost: int) -> None:
         self.pacer = pacer
@@ -368,13 +384,18 @@ class Acquisition:
         self.granted = False
         self.closed = False
         self._failure: ProviderError | None = None
+        self._notice: PacingCapped | None = None
 
-    async def step(self) -> PacingWait | PacingUnavailable | None:
+    async def step(self) -> PacingWait | PacingUnavailable | PacingCapped | None:
         """Take one step: ``None`` once the call may go (without waiting); else wait, for as
         long as the call waits for one thing (up to :data:`MAX_STEP`), and return the event
-        that reports it (or that the backend is unreachable)."""
+        that reports it (or that the backend is unreachable, or that it found the shared state
+        out of bounds: then the step returns before waiting, and the next one waits)."""
         if self._failure is not None:
             raise self._failure
+        if self._notice is not None:
+            notice, self._notice = self._notice, None
+            return notice
         if self.granted:
             return None
         pacer = self.pacer
@@ -392,6 +413,14 @@ class Acquisition:
                 return self._unreachable(str(exc))
             if wait is None:
                 self.granted = True
+            if self.hold.notice:
+                notice = PacingCapped(pacer.key, self.hold.notice)
+                self.hold.notice = ""
+                if first is None:
+                    return notice  # reported before any wait, then the next step waits
+                self._notice = notice  # reported after the wait already waited
+                break
+            if wait is None:
                 if first is None:
                     return None
                 break

@@ -13,6 +13,14 @@ server's own clock, so the processes' clocks do not matter):
   died (even by SIGKILL) is dropped once it expires, so a slot is never leaked for longer
   than ``lease_ttl``.
 
+What the keys hold is not trusted: anyone who can write them could put anything there. Each
+script checks what it reads before using it: a key of the wrong type is deleted, a moment that
+is not a finite number is dropped, a cooldown further ahead than ``max_cooldown`` or a schedule
+further ahead than ``max_wait`` is pulled in to that cap, and a lease further ahead than
+``lease_ttl`` (which no renewal writes) is deleted; each repair is written back, so one bad
+writer cannot hold the other processes, and reported (a ``pacing_capped`` event). The replies
+are checked again in Python against the same caps.
+
 Every call to Redis is bounded (connect and socket timeouts, and an overall timeout). When
 Redis cannot be reached, the call fails open (goes unpaced) or closed (fails with a transient
 :class:`~fanloop.pacing.PacingUnreachable`) as configured, with a ``pacing_unavailable`` event;
@@ -34,7 +42,7 @@ import anyio
 
 from .._log import logger
 from ..errors import ConfigurationError
-from ._gate import Backend, Hold, Pacer, Unreachable, Wait, Waiters
+from ._gate import MAX_NOTICE, Backend, Hold, Pacer, Unreachable, Wait, Waiters
 
 __all__ = ["RedisPacing"]
 
@@ -42,7 +50,43 @@ RELEASE_POLL = 0.25
 """The longest a call waits for a concurrency slot before asking Redis again (a slot freed in
 this process wakes a waiting call at once; one freed elsewhere is seen at the next look)."""
 
-_STEP = """
+_GUARD = """
+local notes = {}
+local function note(text) notes[#notes + 1] = text end
+local function f(x) return string.format('%.6f', x) end
+-- A key of ours holding another type is corrupt: it goes, and the state starts afresh.
+local function own(key, kind)
+  local t = redis.call('TYPE', key)['ok']
+  if t ~= 'none' and t ~= kind then
+    redis.call('DEL', key)
+    note(string.match(key, '[^:]*$') .. ' held a ' .. t .. ' (deleted)')
+  end
+end
+-- A moment read from the state hash: a finite number at most `cap` seconds after `now`.
+-- Anything else is repaired where it lies (so one bad writer cannot hold the other
+-- processes) and reported: a non-number is dropped, a far-off moment is pulled in to the cap.
+local function moment(field, raw, now, cap, option)
+  if not raw then return nil end
+  local x = tonumber(raw)
+  if x == nil or x ~= x or x == math.huge or x == -math.huge then
+    redis.call('HDEL', KEYS[1], field)
+    note(field .. ' held ' .. string.gsub(string.sub(raw, 1, 24), '[^%w%.%+%-]', '?')
+      .. ', not a finite number (dropped)')
+    return nil
+  end
+  if x > now + cap then
+    note(field .. ' was ' .. string.format('%.4g', x - now) .. ' s ahead (capped at '
+      .. option .. ' = ' .. string.format('%g', cap) .. ' s)')
+    x = now + cap
+    redis.call('HSET', KEYS[1], field, f(x))
+  end
+  return x
+end
+"""
+
+_STEP = (
+    _GUARD
+    + """
 local state, leases = KEYS[1], KEYS[2]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -50,9 +94,12 @@ local cost, tr, taur = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local tt, maxc = tonumber(ARGV[4]), tonumber(ARGV[5])
 local lease, ttl = ARGV[6], tonumber(ARGV[7])
 local has_lease, has_slot = ARGV[8] == '1', ARGV[9] == '1'
+local maxcool, maxwait = tonumber(ARGV[15]), tonumber(ARGV[16])
+own(state, 'hash')
+own(leases, 'zset')
 local v = redis.call('HMGET', state, 'cool', 'rtat', 'ttat')
-local cool = tonumber(v[1]) or 0
-local function f(x) return string.format('%.6f', x) end
+local cool = moment('cool', v[1], now, maxcool, 'max_cooldown') or 0
+local said = function() return table.concat(notes, '; ') end
 if cool > now then
   if has_slot then
     if tr > 0 and v[2] == ARGV[11] then
@@ -63,13 +110,18 @@ if cool > now then
     end
   end
   if has_lease then redis.call('ZREM', leases, lease) end
-  return {'cooldown', f(cool - now), '0', '0', '', ''}
+  return {'cooldown', f(cool - now), '0', '0', '', '', said()}
 end
 if maxc > 0 and not has_lease then
   redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
+  -- No renewal puts a lease further ahead than ttl: one that is was forged, or is corrupt.
+  local forged = redis.call('ZREMRANGEBYSCORE', leases, '(' .. f(now + ttl), '+inf')
+  if forged > 0 then
+    note(forged .. ' leases expiring more than lease_ttl ahead (deleted)')
+  end
   if redis.call('ZCARD', leases) >= maxc then
     local first = redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')
-    return {'concurrency', f(tonumber(first[2]) - now), '0', '0', '', ''}
+    return {'concurrency', f(tonumber(first[2]) - now), '0', '0', '', '', said()}
   end
   redis.call('ZADD', leases, now + ttl, lease)
   redis.call('PEXPIRE', leases, math.ceil((ttl + 60) * 1000))
@@ -80,14 +132,15 @@ local held = has_lease and '1' or '0'
 -- the request rate. A late call books the next free send time (no polling, no herd).
 local function late()
   if tr <= 0 or ARGV[14] == '1' then return nil end
-  local sent = tonumber(redis.call('HGET', state, 'sent')) or 0
+  local sent = moment('sent', redis.call('HGET', state, 'sent'), now, maxwait, 'max_wait') or 0
   local go = math.max(now, sent - taur)
   redis.call('HSET', state, 'sent', f(math.max(sent, go) + tr))
   if go > now then return f(go - now) end
   return nil
 end
 if not has_slot then
-  local rtat, ttat = tonumber(v[2]) or 0, tonumber(v[3]) or 0
+  local rtat = moment('rtat', v[2], now, maxwait, 'max_wait') or 0
+  local ttat = moment('ttat', v[3], now, maxwait, 'max_wait') or 0
   local at, why = now, 'requests'
   if tr > 0 and rtat - taur > at then at = rtat - taur end
   if tt > 0 and cost > 0 and ttat > at then at, why = ttat, 'tokens' end
@@ -105,22 +158,26 @@ if not has_slot then
   if horizon > 0 then
     redis.call('PEXPIRE', state, math.ceil((math.max(horizon - now, 0) + 60) * 1000))
   end
-  if at > now then return {why, f(at - now), held, f(at), rmark, tmark} end
+  if at > now then return {why, f(at - now), held, f(at), rmark, tmark, said()} end
   local wait = late()
-  if wait then return {'late', wait, held, f(at), rmark, tmark} end
-  return {'ok', '0', held, f(at), rmark, tmark}
+  if wait then return {'late', wait, held, f(at), rmark, tmark, said()} end
+  return {'ok', '0', held, f(at), rmark, tmark, said()}
 end
 local at = tonumber(ARGV[10])
-if at > now then return {'wait', f(at - now), held, ARGV[10], ARGV[11], ARGV[12]} end
+if at > now then return {'wait', f(at - now), held, ARGV[10], ARGV[11], ARGV[12], said()} end
 local wait = late()
-if wait then return {'late', wait, held, ARGV[10], ARGV[11], ARGV[12]} end
-return {'ok', '0', held, ARGV[10], ARGV[11], ARGV[12]}
+if wait then return {'late', wait, held, ARGV[10], ARGV[11], ARGV[12], said()} end
+return {'ok', '0', held, ARGV[10], ARGV[11], ARGV[12], said()}
 """
+)
 
-_DROP = """
+_DROP = (
+    _GUARD
+    + """
 local state, leases = KEYS[1], KEYS[2]
 local tr, tt = tonumber(ARGV[1]), tonumber(ARGV[2])
-local function f(x) return string.format('%.6f', x) end
+own(state, 'hash')
+own(leases, 'zset')
 if ARGV[3] ~= '' then redis.call('ZREM', leases, ARGV[3]) end
 if ARGV[4] ~= '' or ARGV[5] ~= '' then
   local v = redis.call('HMGET', state, 'rtat', 'ttat')
@@ -133,42 +190,62 @@ if ARGV[4] ~= '' or ARGV[5] ~= '' then
 end
 return 1
 """
+)
 
-_FINISH = """
-local function f(x) return string.format('%.6f', x) end
+_FINISH = (
+    _GUARD
+    + """
+own(KEYS[1], 'hash')
+own(KEYS[2], 'zset')
 if ARGV[1] ~= '' then redis.call('ZREM', KEYS[2], ARGV[1]) end
 local tt, delta = tonumber(ARGV[2]), tonumber(ARGV[3])
 if tt > 0 and delta ~= 0 then
-  local ttat = tonumber(redis.call('HGET', KEYS[1], 'ttat'))
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+  local raw = redis.call('HGET', KEYS[1], 'ttat')
+  local ttat = moment('ttat', raw, now, tonumber(ARGV[4]), 'max_wait')
   if ttat then redis.call('HSET', KEYS[1], 'ttat', f(ttat + delta * tt)) end
 end
 return 1
 """
+)
 
-_COOL = """
+_COOL = (
+    _GUARD
+    + """
 local state = KEYS[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local maxcool, maxwait = tonumber(ARGV[2]), tonumber(ARGV[3])
+own(state, 'hash')
 local v = redis.call('HMGET', state, 'cool', 'rtat', 'ttat')
-local cool = tonumber(v[1]) or 0
-local want = now + tonumber(ARGV[1])
+local cool = moment('cool', v[1], now, maxcool, 'max_cooldown') or 0
+local want = now + math.min(tonumber(ARGV[1]), maxcool)
 if want > cool then
   cool = want
-  redis.call('HSET', state, 'cool', string.format('%.6f', cool))
+  redis.call('HSET', state, 'cool', f(cool))
 end
-local horizon = math.max(cool, tonumber(v[2]) or 0, tonumber(v[3]) or 0)
+local rtat = moment('rtat', v[2], now, maxwait, 'max_wait') or 0
+local ttat = moment('ttat', v[3], now, maxwait, 'max_wait') or 0
+local horizon = math.max(cool, rtat, ttat)
 redis.call('PEXPIRE', state, math.ceil((math.max(horizon - now, 0) + 60) * 1000))
-return string.format('%.6f', cool - now)
+return table.concat(notes, '; ')
 """
+)
 
-_RENEW = """
+_RENEW = (
+    _GUARD
+    + """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local ttl = tonumber(ARGV[1])
-for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'XX', now + ttl, ARGV[i]) end
-redis.call('PEXPIRE', KEYS[1], math.ceil((ttl + 60) * 1000))
+local leases = KEYS[2]
+own(leases, 'zset')
+for i = 2, #ARGV do redis.call('ZADD', leases, 'XX', now + ttl, ARGV[i]) end
+redis.call('PEXPIRE', leases, math.ceil((ttl + 60) * 1000))
 return 1
 """
+)
 
 
 def _import_redis() -> Any:
@@ -199,9 +276,14 @@ class RedisPacing(Pacer):
             :class:`~fanloop.pacing.PacingUnreachable`. Either way a ``pacing_unavailable``
             event says so.
         burst: requests that may go at once after a quiet spell.
-        max_cooldown: the longest cooldown a ``Retry-After`` can start, in seconds.
+        max_cooldown: the longest cooldown a ``Retry-After`` can start, in seconds; also the
+            longest any call waits for a cooldown read back from Redis.
         cooldown_jitter: after a cooldown, each waiting call resumes at a random moment within
             this many seconds of its end.
+        max_wait: the furthest ahead, in seconds, that the request or token schedule read back
+            from Redis is honoured: a call never waits longer than this for its rate slot.
+            A schedule further ahead (a backlog that long, or a corrupted key) is pulled in to
+            it, with a ``pacing_capped`` event.
         lease_ttl: seconds a concurrency slot outlives a process that stopped renewing it.
         timeout: seconds any one Redis operation may take (connecting included).
         connect_timeout: seconds to open a connection.
@@ -225,6 +307,7 @@ class RedisPacing(Pacer):
         burst: int = 1,
         max_cooldown: float = 60.0,
         cooldown_jitter: float = 0.5,
+        max_wait: float = 300.0,
         lease_ttl: float = 30.0,
         timeout: float = 2.0,
         connect_timeout: float = 1.0,
@@ -245,6 +328,7 @@ class RedisPacing(Pacer):
         if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
             raise ConfigurationError("RedisPacing needs a redis://, rediss:// or unix:// URL")
         for name, value in (
+            ("max_wait", max_wait),
             ("lease_ttl", lease_ttl),
             ("timeout", timeout),
             ("connect_timeout", connect_timeout),
@@ -257,6 +341,7 @@ class RedisPacing(Pacer):
         self.url = url
         self.fail_open = on_unavailable == "open"
         self.on_unavailable = on_unavailable
+        self.max_wait = float(max_wait)
         self.lease_ttl = float(lease_ttl)
         self.timeout = float(timeout)
         self.connect_timeout = float(connect_timeout)
@@ -414,15 +499,27 @@ class _RedisState(Backend):
                 marks[1] or "",
                 hold.cost,
                 "1" if hold.sending else "0",
+                repr(p.max_cooldown),
+                repr(p.max_wait),
             ],
         )
         try:
-            status, wait, held, at, request_mark, token_mark = (_text(x) for x in out)
+            status, wait, held, at, request_mark, token_mark, notes = (_text(x) for x in out)
             seconds, when = float(wait), float(at)
             if not (math.isfinite(seconds) and math.isfinite(when) and seconds >= 0):
                 raise ValueError(wait)
         except (TypeError, ValueError):
             raise Unreachable(f"malformed reply from Redis: {str(out)[:100]}") from None
+        # The script repairs what it reads; what it reports is still checked against the caps.
+        cap = p.max_cooldown if status == "cooldown" else p.max_wait
+        if seconds > cap and status != "concurrency":
+            capped = f"a wait of {seconds:.4g} s (capped at {cap:g} s)"
+            notes = f"{notes}; {capped}" if notes else capped
+            when -= seconds - cap
+            seconds = cap
+        if notes:
+            hold.notice = notes[:MAX_NOTICE]
+            logger.warning("pacing_capped", key=p.key, detail=hold.notice)
         if status == "cooldown":
             self._forget(link, hold)
             return seconds, "cooldown"
@@ -471,13 +568,20 @@ class _RedisState(Backend):
         if lease is None and not delta:
             return
         with contextlib.suppress(Unreachable):
-            await self._run(link, "finish", [lease or "", repr(p.token_interval), delta])
+            await self._run(
+                link, "finish", [lease or "", repr(p.token_interval), delta, repr(p.max_wait)]
+            )
 
     async def cooldown(self, seconds: float) -> bool:
+        p = self._p
         try:
-            await self._run(self._link(), "cool", [repr(seconds)])
+            notes = await self._run(
+                self._link(), "cool", [repr(seconds), repr(p.max_cooldown), repr(p.max_wait)]
+            )
         except Unreachable:
             return False
+        if notes:
+            logger.warning("pacing_capped", key=p.key, detail=_text(notes)[:MAX_NOTICE])
         return True
 
     async def released(self, timeout: float) -> None:
@@ -520,4 +624,4 @@ class _RedisState(Backend):
 
 
 def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)

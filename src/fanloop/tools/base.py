@@ -223,6 +223,17 @@ def schema_problems(tool: Tool, arguments: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+def compile_validator(tool: Tool) -> None:
+    """Compile the validator of ``tool.parameters`` now, and keep it (else the tool's first
+    call compiles it): for work done ahead, such as checking the tools a server lists in a
+    worker thread.
+
+    Raises:
+        ConfigurationError: ``tool.parameters`` is not a valid JSON Schema.
+    """
+    _validator_of(tool)
+
+
 def _validator_of(tool: Tool) -> Any:
     cached = tool.__dict__.get("_fanloop_validator")
     schema = tool.parameters
