@@ -130,6 +130,9 @@ class ChildBudget(Budget):
     def exhausted(self) -> Denial | None:
         return Budget.exhausted(self) or self.outer.exhausted()
 
+    def spent(self) -> Denial | None:
+        return Budget.spent(self) or self.outer.spent()
+
     def estimate(
         self, request: ModelRequest, known_tokens: int, known_messages: int
     ) -> InputEstimate:

@@ -422,6 +422,21 @@ class Budget:
         """The budget limit already reached, if any, with a sentence saying which."""
         if not self._watching:
             return None
+        spent = Budget.spent(self)
+        if spent is not None:
+            return spent
+        lim = self.limits.max_tool_calls
+        if lim is not None and self.tool_calls >= lim:
+            return TerminationReason.TOOL_CALL_BUDGET, (
+                f"tool call budget spent ({self.tool_calls} of {lim})"
+            )
+        return None
+
+    def spent(self) -> Denial | None:
+        """The token or cost limit that reported usage has already reached, if any: once one
+        has, no model call may start anywhere in the run tree."""
+        if not self._metering:
+            return None
         lim = self.limits
         u = self.usage
         if lim.max_input_tokens is not None and u.total_input_tokens >= lim.max_input_tokens:
@@ -439,10 +454,6 @@ class Budget:
         if lim.max_cost_usd is not None and self.cost_usd >= lim.max_cost_usd:
             return TerminationReason.COST_BUDGET, (
                 f"cost budget spent (${self.cost_usd:.4f} of ${lim.max_cost_usd:.4f})"
-            )
-        if lim.max_tool_calls is not None and self.tool_calls >= lim.max_tool_calls:
-            return TerminationReason.TOOL_CALL_BUDGET, (
-                f"tool call budget spent ({self.tool_calls} of {lim.max_tool_calls})"
             )
         return None
 
