@@ -156,6 +156,7 @@ class ChildBudget(Budget):
                 return granted
             above = granted
             requested = above.output_tokens
+            estimate = estimate.at_least(above.input_tokens)  # as the tree above learned it
         own: Reservation | None = None
         if self._metering:
             try:
