@@ -20,7 +20,7 @@ from fanloop.catalog import cost_of
 from fanloop.errors import Overloaded
 from fanloop.limits import Budget, estimate_input, text_tokens
 from fanloop.messages import Message, ToolCallPart, ToolResultPart
-from fanloop.providers import ModelRequest, StopReason, Usage
+from fanloop.providers import FallbackProvider, ModelRequest, StopReason, Usage
 from fanloop.testing import ScriptedProvider, call, reply
 from fanloop.tools.base import current_context
 
@@ -590,3 +590,51 @@ async def test_a_retry_is_not_sent_once_a_siblings_report_spent_the_budget(
     by_id = {r.call_id: r.content for r in results_of(result.messages)}
     assert by_id["f"].startswith("The sub-agent stopped early (token_budget: input token")
     assert result.termination_reason is TerminationReason.TOKEN_BUDGET
+
+
+async def test_no_fallback_is_asked_once_a_siblings_report_spent_the_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fallback provider is a new call too: not made once the budget is spent."""
+    watch = Watch(monkeypatch)
+    first_sent = anyio.Event()
+    asked = {"primary": 0, "backup": 0}
+
+    async def primary(request: ModelRequest) -> Any:
+        asked["primary"] += 1
+        first_sent.set()
+        await watch.crossed.wait()
+        raise Overloaded("busy")
+
+    def backup(request: ModelRequest) -> Any:
+        asked["backup"] += 1
+        return reply("backup report", usage=Usage(input_tokens=100, output_tokens=5))
+
+    async def respond(request: ModelRequest) -> Any:
+        if request.system == LEAD:
+            if len(request.messages) == 1:
+                tasks = [call("flaky", _id="f", task="a"), call("greedy", _id="g", task="b")]
+                return reply(tool_calls=tasks, usage=PARENT_USAGE)
+            return reply("summary", usage=Usage(input_tokens=50, output_tokens=5))
+        await first_sent.wait()
+        return reply("greedy report", usage=Usage(input_tokens=20_000, output_tokens=5))
+
+    provider = ScriptedProvider(respond, model=PRICED)
+    chain = FallbackProvider(
+        ScriptedProvider(primary, model=PRICED), ScriptedProvider(backup, model=PRICED)
+    )
+    no_retries = RetryPolicy(max_retries=0)
+    flaky = Agent(chain, system="You are flaky.", name="flaky", retry=no_retries)
+    greedy = Agent(provider, system="You are greedy.", name="greedy")
+    agent = Agent(
+        provider,
+        system=LEAD,
+        tools=[flaky.as_tool("flaky"), greedy.as_tool("greedy")],
+        limits=Limits(max_input_tokens=10_000),
+        max_tokens=50,
+    )
+    with anyio.fail_after(10):
+        result = await agent.run("go")
+    assert asked == {"primary": 1, "backup": 0}  # before: the backup was asked
+    by_id = {r.call_id: r.content for r in results_of(result.messages)}
+    assert by_id["f"].startswith("The sub-agent stopped early (token_budget: input token")

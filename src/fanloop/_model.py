@@ -340,6 +340,8 @@ async def call_model(run: RunState, request: ModelRequest) -> ModelResponse:
                     provider=response.provider or None,
                 )
             return response
+        except Halted:
+            raise  # a provider's own retry or fallback that may not be sent (FallbackProvider)
         except Exception as exc:
             error = _as_provider_error(exc, agent.provider_name)
         if not policy.should_retry(error, attempt):
