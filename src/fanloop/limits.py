@@ -522,29 +522,37 @@ class Budget:
             The reservation, to hand to :meth:`settle` once the call is over, or the
             termination reason and a sentence saying why the call cannot be made.
         """
-        kind = None if estimate.shape is None else (model, estimate.shape)
         while True:
-            probe = kind is not None and kind not in self._shortfall
-            if probe and kind in self._probing:
-                await self._wait()  # the first of its kind is out: wait for its report
+            decided = self.decide(estimate, requested, model)
+            if decided is None:
+                await self._wait()
                 continue
-            estimate = self._calibrated(estimate, kind)
-            granted = self._grant(estimate, requested, model, held=True)
-            if isinstance(granted, Reservation):
-                if kind is not None:
-                    granted.kind = kind
-                    if probe:
-                        granted.probe = True
-                        self._probing.add(kind)
-                self._hold(granted)
-                return granted
-            if self.outstanding:
-                alone = self._grant(estimate, requested, model, held=False)
-                if isinstance(alone, Reservation):
-                    await self._wait()
-                    continue
-                granted = alone
+            if isinstance(decided, Reservation):
+                self._hold(decided)
+            return decided
+
+    def decide(
+        self, estimate: InputEstimate, requested: int, model: str
+    ) -> Reservation | Denial | None:
+        """What :meth:`reserve` does now, without holding anything: the reservation the call
+        may take, the reason it can never be made, or ``None`` when it must wait for a call
+        in flight to settle. (A budget kept elsewhere, e.g. in a database, decides with it.)"""
+        kind = None if estimate.shape is None else (model, estimate.shape)
+        probe = kind is not None and kind not in self._shortfall
+        if probe and kind in self._probing:
+            return None  # the first of its kind is out: wait for its report
+        estimate = self._calibrated(estimate, kind)
+        granted = self._grant(estimate, requested, model, held=True)
+        if isinstance(granted, Reservation):
+            granted.kind = kind
+            granted.probe = probe
             return granted
+        if self.outstanding:
+            alone = self._grant(estimate, requested, model, held=False)
+            if isinstance(alone, Reservation):
+                return None
+            return alone
+        return granted
 
     def _calibrated(self, estimate: InputEstimate, kind: Hashable | None) -> InputEstimate:
         """``estimate`` raised by what requests of its kind really cost beyond their own."""
@@ -610,6 +618,8 @@ class Budget:
             self.input_scale = min(MAX_INPUT_SCALE, seen / measured)
 
     def _hold(self, r: Reservation) -> None:
+        if r.probe:
+            self._probing.add(r.kind)
         self.outstanding += 1
         self.reserved_input += r.input_tokens
         self.reserved_output += r.output_tokens
