@@ -22,8 +22,10 @@ capped, and the number of kinds remembered is bounded.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -471,13 +473,12 @@ class AccountDatabase:
             return self._pool
 
 
-_DATABASES: dict[tuple[int, str], AccountDatabase] = {}
+_DATABASES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, AccountDatabase]]
+_DATABASES = weakref.WeakKeyDictionary()
 
 
 def account_database(url: str) -> AccountDatabase:
     """The account pool for ``url`` on the running event loop (one per loop and URL)."""
-    import asyncio
-
     if url.startswith("postgresql+"):  # SQLAlchemy's form: postgresql+psycopg://...
         url = "postgresql" + url[url.index(":") :]
     if not url.startswith(("postgresql:", "postgres:")):
@@ -485,8 +486,8 @@ def account_database(url: str) -> AccountDatabase:
             "a durable run with a token, cost or tool-call limit keeps its budget in the DBOS "
             "system database, which must be PostgreSQL (not SQLite)"
         )
-    key = (id(asyncio.get_running_loop()), url)
-    database = _DATABASES.get(key)
+    pools = _DATABASES.setdefault(asyncio.get_running_loop(), {})
+    database = pools.get(url)
     if database is None:
-        database = _DATABASES[key] = AccountDatabase(url)
+        database = pools[url] = AccountDatabase(url)
     return database
