@@ -23,7 +23,7 @@ import pytest
 
 from fanloop import Agent, Limits, TerminationReason, tool
 from fanloop.messages import ToolResultPart
-from fanloop.providers import ModelRequest
+from fanloop.providers import ModelRequest, StopReason
 from fanloop.testing import ScriptedProvider, call, reply
 
 TIMEOUT = 1.0
@@ -84,7 +84,7 @@ def check_bounds(steps: Steps, start: float, end: float) -> None:
     # before: 'completed' after TURNS rounds (3.1 s and 7 turns in the issue)
     assert elapsed < TIMEOUT + BLOCK + MARGIN, elapsed
     assert steps.after(start) == []  # nothing started once the deadline had passed
-    assert steps.tools  # and the run did work until then
+    assert len(steps.model) + len(steps.tools) >= 3  # and the run did work until then
 
 
 @pytest.mark.parametrize(
@@ -149,3 +149,23 @@ async def test_a_callers_cancel_scope_reaches_a_run_that_never_waits() -> None:
         await agent.run("go")
     check_bounds(steps, start, time.monotonic())
     assert scope.cancelled_caught
+
+
+async def test_a_turn_the_provider_keeps_pausing_stops_at_the_deadline() -> None:
+    """A provider that pauses its own turn again and again (each part taking ``BLOCK`` s of
+    the loop): the continuations are requests like any other, and none is sent late."""
+    steps = Steps()
+
+    def respond(request: ModelRequest) -> Any:
+        steps.model.append(time.monotonic())
+        time.sleep(BLOCK)  # blocks the loop on purpose
+        if len(steps.model) > TURNS:
+            return "done"
+        return reply(f"part {len(steps.model)} ", stop_reason=StopReason.PAUSED)
+
+    agent = Agent(ScriptedProvider(respond), limits=Limits(timeout=TIMEOUT))
+    start = time.monotonic()
+    result = await agent.run("go")
+    check_bounds(steps, start, time.monotonic())
+    assert result.termination_reason is TerminationReason.DEADLINE
+    assert 2 <= len(steps.model) <= 3
