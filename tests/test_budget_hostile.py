@@ -15,11 +15,12 @@ from typing import Any
 import anyio
 import pytest
 
-from fanloop import Agent, Hooks, Limits, TerminationReason, Tool, ToolResult
+from fanloop import Agent, Hooks, Limits, RetryPolicy, TerminationReason, Tool, ToolResult
 from fanloop.catalog import cost_of
+from fanloop.errors import Overloaded
 from fanloop.limits import Budget, estimate_input, text_tokens
 from fanloop.messages import Message, ToolCallPart, ToolResultPart
-from fanloop.providers import ModelRequest, StopReason, Usage
+from fanloop.providers import FallbackProvider, ModelRequest, StopReason, Usage
 from fanloop.testing import ScriptedProvider, call, reply
 from fanloop.tools.base import current_context
 
@@ -400,3 +401,240 @@ async def test_no_limit_no_estimate(monkeypatch: pytest.MonkeyPatch) -> None:
         provider = ScriptedProvider([reply(tool_calls=[call("probe")]), "done"])
         result = await Agent(provider, tools=[Probe()], limits=limits).run("go")
         assert result.termination_reason is TerminationReason.COMPLETED
+
+
+# -- a server that reports far more than the estimate -----------------------------------------
+#
+# The bound: once a report crosses a limit, no new call starts anywhere in the run tree (a
+# retry or a continuation neither); the calls already in flight may finish, and the first call
+# of each kind of request goes alone, so that only one underestimated call of a kind is ever in
+# flight before its report. In one kind of sub-agent fanned out ten times, the overshoot is at
+# most what was in flight when the first report crossed.
+
+
+class Watch:
+    """Watches the run tree's budget: when a report first spends a token or cost limit, how
+    many calls were in flight then, and how many reservations were granted after."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.crossed = anyio.Event()
+        self.in_flight = 0
+        self.spent_then = Usage()
+        self.granted_after = 0
+        settle, hold = Budget.settle, Budget._hold
+
+        def watched_settle(budget: Budget, reserved: Any, usage: Any, model: str) -> None:
+            settle(budget, reserved, usage, model)
+            if type(budget) is Budget and not self.crossed.is_set() and budget.spent():
+                self.in_flight = budget.outstanding
+                self.spent_then = budget.usage
+                self.crossed.set()
+
+        def watched_hold(budget: Budget, reserved: Any) -> None:
+            if type(budget) is Budget and self.crossed.is_set():
+                self.granted_after += 1
+            hold(budget, reserved)
+
+        monkeypatch.setattr(Budget, "settle", watched_settle)
+        monkeypatch.setattr(Budget, "_hold", watched_hold)
+
+
+ISSUE_LIMITS = {
+    "input": Limits(max_input_tokens=10_000),
+    "total": Limits(max_total_tokens=10_000),
+    "cost": Limits(max_cost_usd=0.04),
+}
+
+
+def limit_of(kind: str) -> float:
+    limits = ISSUE_LIMITS[kind]
+    value = {"input": limits.max_input_tokens, "total": limits.max_total_tokens}.get(
+        kind, limits.max_cost_usd
+    )
+    assert value is not None
+    return value
+
+
+def ten_sub_agents(
+    how: str, respond_child: Any, limits: Limits
+) -> tuple[Agent[Any, Any], ScriptedProvider]:
+    """A lead that starts ten sub-agents of one kind at once (``delegate`` or ``as_tool``)."""
+
+    async def respond(request: ModelRequest) -> Any:
+        if request.system == LEAD:
+            if len(request.messages) == 1:
+                name = "delegate" if how == "delegate" else "helper"
+                tasks = [call(name, _id=f"d{i}", task=f"task {i}") for i in range(10)]
+                return reply(tool_calls=tasks, usage=PARENT_USAGE)
+            return reply("summary", usage=Usage(input_tokens=50, output_tokens=5))
+        return await respond_child(request)
+
+    provider = ScriptedProvider(respond, model=PRICED)
+    if how == "delegate":
+        agent = Agent(
+            provider, system=LEAD, delegation=True, delegate_tools=[Probe()], limits=limits
+        )
+    else:
+        helper = Agent(provider, system="You help.", tools=[Probe()], name="helper")
+        agent = Agent(provider, system=LEAD, tools=[helper.as_tool("helper")], limits=limits)
+    return agent.with_options(max_tokens=100), provider
+
+
+@pytest.mark.parametrize("how", ["delegate", "as_tool"])
+@pytest.mark.parametrize("kind", ["input", "total", "cost"])
+async def test_ten_sub_agents_whose_server_reports_far_more_than_estimated(
+    kind: str, how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The issue's case: every sub-agent call reports about two thirds of the limit (some
+    60 times its estimate). Before: all ten went at once and spent 6.4x (cost) and 6.7x
+    (input) the limit. Now the first goes alone, and its report tells the others they
+    cannot fit."""
+    watch = Watch(monkeypatch)
+    child_calls: list[int] = []
+    huge = Usage(input_tokens=6_700, output_tokens=20)
+    if kind == "cost":
+        huge = Usage(input_tokens=8_500, output_tokens=20)  # about $0.026, two thirds of $0.04
+
+    async def respond_child(request: ModelRequest) -> Any:
+        child_calls.append(len(request.messages))
+        for _ in range(5):  # let the siblings reach their own calls meanwhile
+            await anyio.lowlevel.checkpoint()
+        return reply(tool_calls=[call("probe")], usage=huge)
+
+    agent, _ = ten_sub_agents(how, respond_child, ISSUE_LIMITS[kind])
+    with anyio.fail_after(10):
+        result = await agent.run("go")
+    used = spent(kind, result)
+    assert used <= limit_of(kind), used / limit_of(kind)
+    assert len(child_calls) == 1  # the others learned from its report that they cannot fit
+    notes = [r.content for r in results_of(result.messages) if r.call_id.startswith("d")]
+    assert len(notes) == 10
+    assert sum("stopped early" in n for n in notes) >= 9
+    assert watch.granted_after == 0
+
+
+@pytest.mark.parametrize("how", ["delegate", "as_tool"])
+async def test_after_a_report_crosses_the_limit_no_new_call_starts_anywhere(
+    how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each sub-agent's first call reports its estimate honestly; the calls after report far
+    more. The first report past the limit stops every new call in the tree: the overshoot is
+    what was in flight then, and nothing more."""
+    watch = Watch(monkeypatch)
+    limit = 30_000  # room for the ten first calls (under 2,000 tokens each) and a few more
+    late = Usage(input_tokens=4_000, output_tokens=20)
+    sent: list[bool] = []
+
+    async def respond_child(request: ModelRequest) -> Any:
+        sent.append(watch.crossed.is_set())
+        first = len(request.messages) == 1
+        for _ in range(5):
+            await anyio.lowlevel.checkpoint()
+        if first:
+            honest = Usage(input_tokens=estimate_input(request).measured, output_tokens=20)
+            return reply(tool_calls=[call("probe")], usage=honest)
+        return reply(tool_calls=[call("probe")], usage=late)
+
+    agent, _ = ten_sub_agents(how, respond_child, Limits(max_input_tokens=limit))
+    with anyio.fail_after(10):
+        result = await agent.run("go")
+    assert watch.crossed.is_set()
+    assert watch.granted_after == 0  # no reservation after the crossing report ...
+    assert not any(sent)  # ... and no request sent after it
+    bound = watch.spent_then.total_input_tokens + watch.in_flight * late.total_input_tokens
+    assert result.usage.total_input_tokens <= bound
+    assert watch.in_flight < 10  # the calls in flight were a few, not one per sub-agent
+    assert result.termination_reason is TerminationReason.TOKEN_BUDGET
+
+
+async def test_a_retry_is_not_sent_once_a_siblings_report_spent_the_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A sub-agent's call fails with a transient error; before its retry is due, a sibling's
+    report crosses the limit: the retry is never sent (before: it was)."""
+    watch = Watch(monkeypatch)
+    first_sent = anyio.Event()
+    calls = {"flaky": 0, "greedy": 0}
+
+    async def respond(request: ModelRequest) -> Any:
+        if request.system == LEAD:
+            if len(request.messages) == 1:
+                tasks = [call("flaky", _id="f", task="a"), call("greedy", _id="g", task="b")]
+                return reply(tool_calls=tasks, usage=PARENT_USAGE)
+            return reply("summary", usage=Usage(input_tokens=50, output_tokens=5))
+        if request.system == "You are flaky.":
+            calls["flaky"] += 1
+            if calls["flaky"] == 1:
+                first_sent.set()
+                await watch.crossed.wait()  # fail only once the sibling has spent the budget
+                raise Overloaded("busy, try again")
+            return reply("flaky report", usage=Usage(input_tokens=100, output_tokens=5))
+        calls["greedy"] += 1
+        await first_sent.wait()
+        return reply("greedy report", usage=Usage(input_tokens=20_000, output_tokens=5))
+
+    provider = ScriptedProvider(respond, model=PRICED)
+    retry = RetryPolicy(max_retries=3, base_delay=0.01, jitter=False)
+    flaky = Agent(provider, system="You are flaky.", name="flaky", retry=retry)
+    greedy = Agent(provider, system="You are greedy.", name="greedy")
+    agent = Agent(
+        provider,
+        system=LEAD,
+        tools=[flaky.as_tool("flaky"), greedy.as_tool("greedy")],
+        limits=Limits(max_input_tokens=10_000),
+        max_tokens=50,
+    )
+    with anyio.fail_after(10):
+        result = await agent.run("go")
+    assert calls == {"flaky": 1, "greedy": 1}  # before: the flaky retry went out after
+    by_id = {r.call_id: r.content for r in results_of(result.messages)}
+    assert by_id["f"].startswith("The sub-agent stopped early (token_budget: input token")
+    assert result.termination_reason is TerminationReason.TOKEN_BUDGET
+
+
+async def test_no_fallback_is_asked_once_a_siblings_report_spent_the_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fallback provider is a new call too: not made once the budget is spent."""
+    watch = Watch(monkeypatch)
+    first_sent = anyio.Event()
+    asked = {"primary": 0, "backup": 0}
+
+    async def primary(request: ModelRequest) -> Any:
+        asked["primary"] += 1
+        first_sent.set()
+        await watch.crossed.wait()
+        raise Overloaded("busy")
+
+    def backup(request: ModelRequest) -> Any:
+        asked["backup"] += 1
+        return reply("backup report", usage=Usage(input_tokens=100, output_tokens=5))
+
+    async def respond(request: ModelRequest) -> Any:
+        if request.system == LEAD:
+            if len(request.messages) == 1:
+                tasks = [call("flaky", _id="f", task="a"), call("greedy", _id="g", task="b")]
+                return reply(tool_calls=tasks, usage=PARENT_USAGE)
+            return reply("summary", usage=Usage(input_tokens=50, output_tokens=5))
+        await first_sent.wait()
+        return reply("greedy report", usage=Usage(input_tokens=20_000, output_tokens=5))
+
+    provider = ScriptedProvider(respond, model=PRICED)
+    chain = FallbackProvider(
+        ScriptedProvider(primary, model=PRICED), ScriptedProvider(backup, model=PRICED)
+    )
+    no_retries = RetryPolicy(max_retries=0)
+    flaky = Agent(chain, system="You are flaky.", name="flaky", retry=no_retries)
+    greedy = Agent(provider, system="You are greedy.", name="greedy")
+    agent = Agent(
+        provider,
+        system=LEAD,
+        tools=[flaky.as_tool("flaky"), greedy.as_tool("greedy")],
+        limits=Limits(max_input_tokens=10_000),
+        max_tokens=50,
+    )
+    with anyio.fail_after(10):
+        result = await agent.run("go")
+    assert asked == {"primary": 1, "backup": 0}  # before: the backup was asked
+    by_id = {r.call_id: r.content for r in results_of(result.messages)}
+    assert by_id["f"].startswith("The sub-agent stopped early (token_budget: input token")

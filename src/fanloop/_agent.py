@@ -879,11 +879,11 @@ class Agent(Generic[DepsT, OutputT]):
         if not deadline or timeout is None:
             return await run_loop(run)
         result: RunResult | None = None
-        with anyio.move_on_after(timeout):
+        with anyio.CancelScope(deadline=run.set_deadline(timeout)):
             result = await run_loop(run)
         if result is None:
             return run.result(
-                TerminationReason.DEADLINE, detail=f"the run passed its {timeout} s deadline"
+                TerminationReason.DEADLINE, detail=f"the run passed its {timeout:g} s deadline"
             )
         return result
 

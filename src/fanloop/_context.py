@@ -88,7 +88,7 @@ def _cut(messages: list[Message]) -> int:
 
 async def compact(run: RunState) -> bool:
     """Replace the older history with a provider-written summary. False if nothing to cut."""
-    from ._model import call_model
+    from ._model import Halted, call_model
 
     messages = run.messages
     cut = _cut(messages)
@@ -124,6 +124,9 @@ async def compact(run: RunState) -> bool:
             request = request.model_copy(update={"max_tokens": granted.output_tokens})
     try:
         response = await call_model(run, request)
+    except Halted:
+        budget.settle(reserved, None, run.agent.model)
+        return False  # the round-entry guards end the run
     except BaseException:
         budget.settle(reserved, None, run.agent.model)
         raise

@@ -130,6 +130,9 @@ class ChildBudget(Budget):
     def exhausted(self) -> Denial | None:
         return Budget.exhausted(self) or self.outer.exhausted()
 
+    def spent(self) -> Denial | None:
+        return Budget.spent(self) or self.outer.spent()
+
     def estimate(
         self, request: ModelRequest, known_tokens: int, known_messages: int
     ) -> InputEstimate:
@@ -153,6 +156,7 @@ class ChildBudget(Budget):
                 return granted
             above = granted
             requested = above.output_tokens
+            estimate = estimate.at_least(above.input_tokens)  # as the tree above learned it
         own: Reservation | None = None
         if self._metering:
             try:

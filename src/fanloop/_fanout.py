@@ -57,6 +57,7 @@ NO_CONFIRM = (
     "confirmation handler is configured, so it was not run."
 )
 CANCELLED = "The tool call was cancelled before it finished; its outcome is unknown."
+NOT_RUN = "Not run: the run's time was up before this call could start"
 DEFER_IN_SUBAGENT = (
     "Declined: this call needs a person's approval, which cannot be deferred inside a "
     "sub-agent. Report what you would do instead."
@@ -500,6 +501,11 @@ async def _execute(
     emitter = run.emitter
     if not announced and emitter.wants("tool_started"):
         await emitter.emit(ToolStarted(call))
+    if (late := run.past_deadline()) is not None:  # a call before it blocked the event loop
+        part = ToolResultPart(call_id=call.id, content=f"{NOT_RUN} ({late}).", is_error=True)
+        results[item.index] = part
+        await emitter.emit(ToolFinished(call, part, 0.0))
+        return
     started = time.perf_counter()
     # A function tool that takes no RunContext cannot read it: skip making one.
     needs_context = not isinstance(tool, FunctionTool) or tool.takes_context

@@ -1,7 +1,7 @@
 """The turn loop. It shows the order of a round and nothing else (DESIGN §2)::
 
     loop until a limit ends it:
-        round-entry guards            # turns, tokens, cost, tool calls; deadline: a cancel scope
+        round-entry guards            # deadline, turns, tokens, cost, tool calls
         context check                 # compact if usage crossed the threshold
         response = stream the model   # with retries; deltas go out as events
         if no tool calls: finish
@@ -33,7 +33,7 @@ __all__ = ["run_loop"]
 async def run_loop(run: RunState) -> RunResult:
     """Drive ``run`` until something ends it; return how it ended."""
     while True:
-        if (ending := round_entry_guards(run)) is not None:
+        if (ending := await round_entry_guards(run)) is not None:
             return run.result(ending.reason, text=ending.text, detail=ending.detail)
         await check_context(run)
         run.turns += 1
@@ -52,10 +52,14 @@ async def run_loop(run: RunState) -> RunResult:
             return run.result(ending.reason, text=ending.text, detail=ending.detail)
 
 
-def round_entry_guards(run: RunState) -> Ending | None:
-    """Limits checked before each round: an ending already decided, turns, the shared budget."""
+async def round_entry_guards(run: RunState) -> Ending | None:
+    """Limits checked before each round: an ending already decided, the deadline, turns, the
+    shared budget; first, an overdue cancel scope gets its turn."""
+    await deliver_overdue_cancel()
     if run.ending is not None:
         return Ending(run.ending[0], detail=run.ending[1])
+    if (late := run.past_deadline()) is not None:
+        return Ending(TerminationReason.DEADLINE, detail=late)
     max_turns = run.agent.limits.max_turns
     if max_turns is not None and run.turns >= max_turns:
         return Ending(TerminationReason.MAX_TURNS, detail=f"reached max_turns={max_turns}")
@@ -63,6 +67,16 @@ def round_entry_guards(run: RunState) -> Ending | None:
     if spent is not None:
         return Ending(spent[0], detail=spent[1])
     return None
+
+
+async def deliver_overdue_cancel() -> None:
+    """Let an enclosing cancel scope whose deadline has passed (the run's, a caller's) cancel
+    the run now, even when nothing in the run waits (a provider that answers at once, a tool
+    that blocks the loop). It takes two yields: asyncio runs a timer that came due after the
+    task that yielded, so the first lets the scope's timer cancel the task, the second raises."""
+    if anyio.current_time() >= anyio.current_effective_deadline():
+        await anyio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
 
 
 async def final_answer(run: RunState, response: ModelResponse) -> Ending | None:

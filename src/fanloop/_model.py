@@ -35,7 +35,15 @@ if TYPE_CHECKING:
     from ._run import RunState
     from .limits import Reservation
 
-__all__ = ["Ending", "Invoker", "make_invoker", "reserve_call", "take_turn"]
+__all__ = [
+    "Ending",
+    "Halted",
+    "Invoker",
+    "make_invoker",
+    "reserve_call",
+    "send_guard",
+    "take_turn",
+]
 
 
 class Ending:
@@ -49,6 +57,26 @@ class Ending:
         self.reason = reason
         self.text = text
         self.detail = detail
+
+
+class Halted(Exception):
+    """A retry that may not be sent (the deadline passed, or a budget was spent meanwhile)."""
+
+    def __init__(self, ending: Ending) -> None:
+        super().__init__(ending.detail)
+        self.ending = ending
+
+
+def send_guard(run: RunState) -> Ending | None:
+    """Why no model request may be sent now, or ``None``: checked before every request, the
+    first of a round, a continuation and a retry alike, so that once the deadline passes or
+    any report in the run tree spends a budget no new call starts anywhere in the tree."""
+    if (late := run.past_deadline()) is not None:
+        return Ending(TerminationReason.DEADLINE, detail=late)
+    spent = run.budget.spent()
+    if spent is not None:
+        return Ending(spent[0], detail=spent[1])
+    return None
 
 
 Emit = Callable[[Any], Awaitable[None]]
@@ -312,6 +340,8 @@ async def call_model(run: RunState, request: ModelRequest) -> ModelResponse:
                     provider=response.provider or None,
                 )
             return response
+        except Halted:
+            raise  # a provider's own retry or fallback that may not be sent (FallbackProvider)
         except Exception as exc:
             error = _as_provider_error(exc, agent.provider_name)
         if not policy.should_retry(error, attempt):
@@ -331,6 +361,8 @@ async def call_model(run: RunState, request: ModelRequest) -> ModelResponse:
         )
         await emit(RetryScheduled(attempt, delay, error, progress.emitted, step))
         await anyio.sleep(delay)
+        if (stop := send_guard(run)) is not None:
+            raise Halted(stop) from error
 
 
 async def take_turn(run: RunState) -> ModelResponse | Ending:
@@ -346,6 +378,8 @@ async def take_turn(run: RunState) -> ModelResponse | Ending:
     truncations = 0
     compacted = False
     while True:
+        if (halt := send_guard(run)) is not None:
+            return halt
         origin = join_origins(origins)
         request = run.request(pending, run.max_tokens, origin)
         held: Reservation | None = None
@@ -367,6 +401,9 @@ async def take_turn(run: RunState) -> ModelResponse | Ending:
                 if await compact(run):
                     continue
             return Ending(TerminationReason.CONTEXT_EXHAUSTED, detail=str(exc))
+        except Halted as halted:
+            budget.settle(held, None, agent.model)
+            return halted.ending
         except BaseException:
             budget.settle(held, None, agent.model)
             raise

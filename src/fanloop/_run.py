@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from ._dispatch import Emitter
 from ._ids import new_id
 from ._result import RunResult, TerminationReason
@@ -49,6 +51,7 @@ class RunState:
         "claim",
         "context_base",
         "context_tokens",
+        "deadline",
         "decisions",
         "deps",
         "depth",
@@ -100,6 +103,9 @@ class RunState:
         self.run_id = new_id("run")
         self.system = agent.system_for_run()
         self.started = time.monotonic()
+        # The earliest deadline over this run and its ancestors: (when, on anyio's clock; the
+        # timeout it came from). Enforced by a cancel scope and checked before every step.
+        self.deadline: tuple[float, float] | None = parent.deadline if parent is not None else None
         self.turns = 0
         self.step = 0  # model requests sent, retries included (see RequestStarted)
         self.subagents = 0  # sub-agents started, for their own path elements
@@ -232,6 +238,27 @@ class RunState:
             await self.emitter.emit(BudgetWarning(kind, used, limit))
 
     # -- ending ----------------------------------------------------------------------------
+
+    def past_deadline(self) -> str | None:
+        """Why no new step may start: the deadline has passed (``None`` while it has not).
+
+        The cancel scope alone cannot hold a deadline when nothing yields to the event loop (a
+        provider that answers at once, a tool that blocks the loop): the steps ask this first.
+        """
+        deadline = self.deadline
+        if deadline is None or anyio.current_time() < deadline[0]:
+            return None
+        return f"the run passed its {deadline[1]:g} s deadline"
+
+    def set_deadline(self, timeout: float) -> float:
+        """Start a deadline ``timeout`` seconds from now; return when it falls (anyio's clock).
+
+        An ancestor's earlier deadline still holds: a run ends at whichever comes first.
+        """
+        when = anyio.current_time() + timeout
+        if self.deadline is None or when < self.deadline[0]:
+            self.deadline = (when, timeout)
+        return when
 
     def end(self, reason: TerminationReason, detail: str | None = None) -> None:
         """Mark the run as ending with ``reason`` (the loop stops at its next step)."""

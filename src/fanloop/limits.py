@@ -20,7 +20,7 @@ import json
 import math
 import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
@@ -243,11 +243,21 @@ class InputEstimate:
             price; the rest at the plain input price).
         measured: the unscaled character estimate, when the whole request was estimated from
             its characters (a run's first call), else 0; the budget learns its scale from it.
+        shape: for such an estimate, what the provider may add to any request alike (the
+            system prompt, the tools, the output schema): the key under which the budget
+            learns how far the estimate of such a request falls short.
     """
 
     tokens: int
     fresh: int
     measured: int = 0
+    shape: Hashable | None = None
+
+    def at_least(self, tokens: int) -> InputEstimate:
+        """This estimate raised to ``tokens`` (the whole request is fresh: a first call)."""
+        if tokens <= self.tokens:
+            return self
+        return InputEstimate(tokens, tokens, self.measured, self.shape)
 
     def cost(self, info: ModelInfo) -> float:
         """Dollars these input tokens cost at most on the model ``info`` describes."""
@@ -295,7 +305,17 @@ def estimate_input(
         + _messages_tokens(messages)
     )
     tokens = math.ceil(measured * scale) if scale > 1.0 else measured
-    return InputEstimate(tokens, tokens, measured)
+    return InputEstimate(tokens, tokens, measured, _shape(request))
+
+
+def _shape(request: ModelRequest) -> Hashable:
+    """What makes two first requests cost alike beyond their messages (see InputEstimate)."""
+    return (
+        request.system,
+        tuple(t.name for t in request.tools),
+        tuple(type(t).__name__ for t in request.hosted_tools),
+        request.output is not None,
+    )
 
 
 MAX_REPORTED_TOKENS = 10**15
@@ -352,6 +372,9 @@ class Reservation:
         cost_usd: the price of both (0 when the model has no price).
         measured: the character estimate to calibrate against (see :class:`InputEstimate`).
         open: ``False`` once settled.
+        kind: the key of the call's kind of request when it was estimated from its
+            characters (see :meth:`Budget.reserve`), else ``None``.
+        probe: whether it is the first of its kind, the one the others wait for.
     """
 
     input_tokens: int = 0
@@ -359,6 +382,8 @@ class Reservation:
     cost_usd: float = 0.0
     measured: int = 0
     open: bool = True
+    kind: Hashable | None = None
+    probe: bool = False
 
 
 Denial = tuple[TerminationReason, str]
@@ -382,6 +407,8 @@ class Budget:
     reserved_cost: float = 0.0
     outstanding: int = 0
     input_scale: float = 1.0
+    _shortfall: dict[Hashable, int] = field(default_factory=dict)
+    _probing: set[Hashable] = field(default_factory=set)
     _warned: set[str] = field(default_factory=set)
     _watching: bool = True
     _metering: bool = True
@@ -422,6 +449,21 @@ class Budget:
         """The budget limit already reached, if any, with a sentence saying which."""
         if not self._watching:
             return None
+        spent = Budget.spent(self)
+        if spent is not None:
+            return spent
+        lim = self.limits.max_tool_calls
+        if lim is not None and self.tool_calls >= lim:
+            return TerminationReason.TOOL_CALL_BUDGET, (
+                f"tool call budget spent ({self.tool_calls} of {lim})"
+            )
+        return None
+
+    def spent(self) -> Denial | None:
+        """The token or cost limit that reported usage has already reached, if any: once one
+        has, no model call may start anywhere in the run tree."""
+        if not self._metering:
+            return None
         lim = self.limits
         u = self.usage
         if lim.max_input_tokens is not None and u.total_input_tokens >= lim.max_input_tokens:
@@ -439,10 +481,6 @@ class Budget:
         if lim.max_cost_usd is not None and self.cost_usd >= lim.max_cost_usd:
             return TerminationReason.COST_BUDGET, (
                 f"cost budget spent (${self.cost_usd:.4f} of ${lim.max_cost_usd:.4f})"
-            )
-        if lim.max_tool_calls is not None and self.tool_calls >= lim.max_tool_calls:
-            return TerminationReason.TOOL_CALL_BUDGET, (
-                f"tool call budget spent ({self.tool_calls} of {lim.max_tool_calls})"
             )
         return None
 
@@ -472,22 +510,54 @@ class Budget:
         a call that does not fit even without them (nothing can free room for it) gets the
         reason to end the run instead. Cancelled while waiting, it holds nothing.
 
+        A request estimated from its characters alone (a run's first call) may cost far more
+        than its estimate (a provider's hidden instructions, a server that counts otherwise),
+        and no reservation can hold what it does not know. So the first request of each kind
+        (its :attr:`~InputEstimate.shape`) in the run tree goes alone: requests of the same
+        kind wait for its report, then reserve at least their own estimate plus the shortfall
+        that report showed. Parallel sub-agents therefore cannot all send an underestimated
+        first call at once; the wait is one model call, once per kind of request.
+
         Returns:
             The reservation, to hand to :meth:`settle` once the call is over, or the
             termination reason and a sentence saying why the call cannot be made.
         """
         while True:
-            granted = self._grant(estimate, requested, model, held=True)
-            if isinstance(granted, Reservation):
-                self._hold(granted)
-                return granted
-            if self.outstanding:
-                alone = self._grant(estimate, requested, model, held=False)
-                if isinstance(alone, Reservation):
-                    await self._wait()
-                    continue
-                granted = alone
+            decided = self.decide(estimate, requested, model)
+            if decided is None:
+                await self._wait()
+                continue
+            if isinstance(decided, Reservation):
+                self._hold(decided)
+            return decided
+
+    def decide(
+        self, estimate: InputEstimate, requested: int, model: str
+    ) -> Reservation | Denial | None:
+        """What :meth:`reserve` does now, without holding anything: the reservation the call
+        may take, the reason it can never be made, or ``None`` when it must wait for a call
+        in flight to settle. (A budget kept elsewhere, e.g. in a database, decides with it.)"""
+        kind = None if estimate.shape is None else (model, estimate.shape)
+        probe = kind is not None and kind not in self._shortfall
+        if probe and kind in self._probing:
+            return None  # the first of its kind is out: wait for its report
+        estimate = self._calibrated(estimate, kind)
+        granted = self._grant(estimate, requested, model, held=True)
+        if isinstance(granted, Reservation):
+            granted.kind = kind
+            granted.probe = probe
             return granted
+        if self.outstanding:
+            alone = self._grant(estimate, requested, model, held=False)
+            if isinstance(alone, Reservation):
+                return None
+            return alone
+        return granted
+
+    def _calibrated(self, estimate: InputEstimate, kind: Hashable | None) -> InputEstimate:
+        """``estimate`` raised by what requests of its kind really cost beyond their own."""
+        short = self._shortfall.get(kind, 0) if kind is not None else 0
+        return estimate.at_least(estimate.measured + short) if short else estimate
 
     def output_allowance(self, requested: int, model: str) -> Reservation:
         """Reserve an output allowance without estimating the input or waiting.
@@ -508,6 +578,8 @@ class Budget:
             return  # nothing to hold usage against: the runs keep their own totals
         if reserved is not None and reserved.open:
             reserved.open = False
+            if reserved.kind is not None:
+                self._learn(reserved, usage)
             self.outstanding -= 1
             if self.outstanding:
                 self.reserved_input -= reserved.input_tokens
@@ -523,6 +595,16 @@ class Budget:
             self._settled = None
             event.set()
 
+    def _learn(self, reserved: Reservation, usage: Usage | None) -> None:
+        """A call of a kind settled: learn how far its estimate fell short. (The first of its
+        kind that reported nothing taught nothing: the next of its kind goes first instead.)"""
+        kind = reserved.kind
+        if reserved.probe:
+            self._probing.discard(kind)
+        if usage is not None:
+            short = max(usage.total_input_tokens - reserved.measured, 0)
+            self._shortfall[kind] = max(self._shortfall.get(kind, 0), short)
+
     def _charge(self, usage: Usage, model: str, measured: int) -> None:
         self.usage = self.usage + usage
         cost = cost_of(model, usage)
@@ -536,6 +618,8 @@ class Budget:
             self.input_scale = min(MAX_INPUT_SCALE, seen / measured)
 
     def _hold(self, r: Reservation) -> None:
+        if r.probe:
+            self._probing.add(r.kind)
         self.outstanding += 1
         self.reserved_input += r.input_tokens
         self.reserved_output += r.output_tokens

@@ -87,6 +87,15 @@ async def where(label: str) -> str:
     return f"{label} ran in {PID}"
 
 
+# -- budgets: sub-agents spend from one account in the database --------------------------------
+
+
+@tool(concurrent_safe=True)
+async def tick(n: int) -> str:
+    """Count one more."""
+    return f"tick {n}"
+
+
 # -- approvals ----------------------------------------------------------------------------------
 
 
@@ -161,6 +170,22 @@ durables = {
             output_mode="tool",
         ),
         name="typed",
+    ),
+    "budget": DurableAgent(
+        Agent(
+            fast,
+            system="agent:budget",
+            delegation=True,
+            delegate_tools=[tick],
+            max_tokens=50,
+            limits=Limits(max_turns=20, max_total_tokens=10_000),
+        ),
+        name="budget",
+        concurrency=8,
+        poll_interval=0.05,
+    ),
+    "meter": DurableAgent(
+        Agent(slow, system="agent:meter", limits=Limits(max_total_tokens=5_000)), name="meter"
     ),
     "auto": DurableAgent(
         Agent(fast, system="agent:auto", tools=[charge], auto_approve=True),

@@ -20,6 +20,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from fanloop.providers import Usage
 from fanloop.testing import Fault, call, reply
 
 PG_DSN = os.environ.get("FANLOOP_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
@@ -70,6 +71,10 @@ def drop_database(name: str) -> None:
 # -- the model ---------------------------------------------------------------------------------
 
 STREAMED_TEXT = " ".join(f"word{i}" for i in range(40))
+LEAD_USAGE = Usage(input_tokens=100, output_tokens=20)
+SPENDER_USAGE = Usage(input_tokens=580, output_tokens=20)
+SPENDER_CALLS = 9
+"""Model calls a spending sub-agent makes when nothing stops it (8 ticks and its answer)."""
 
 
 def _text(content: Any) -> str:
@@ -106,6 +111,17 @@ def respond(body: dict[str, Any]) -> Any:
                 tool_calls=[call("delegate", _id=f"d{i}", task=f"{user}:{i}") for i in range(8)]
             )
         return f"All {len(results)} reports in."
+    if system == "agent:budget":
+        if not results:
+            tasks = [call("delegate", _id=f"d{i}", task=f"{user}:{i}") for i in range(8)]
+            return reply(tool_calls=tasks, usage=LEAD_USAGE)
+        return reply(f"All {len(results)} reports in.", usage=LEAD_USAGE)
+    if system.startswith("You are a sub-agent") and user.startswith("spend"):
+        if len(results) < SPENDER_CALLS - 1:
+            return reply(tool_calls=[call("tick", n=len(results))], usage=SPENDER_USAGE)
+        return reply("spent", usage=SPENDER_USAGE)
+    if system == "agent:meter":
+        return reply(STREAMED_TEXT, usage=SPENDER_USAGE)
     if system.startswith("You are a sub-agent"):
         if not results:
             return reply(tool_calls=[call("where", _id="w", label=user)])
@@ -246,3 +262,20 @@ class Env:
         worker = Worker(self.db_url, urls, executor, self.marks, *flags)
         self.workers.append(worker)
         return worker
+
+
+async def account_row(db_url: str, account: str) -> dict[str, int]:
+    """A durable tree's budget account as the database holds it: tokens charged and
+    reservations live."""
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT input_tokens + output_tokens + cache_read_tokens + cache_write_tokens, "
+            "(SELECT count(*) FROM fanloop.budget_reservation WHERE account = %s) "
+            "FROM fanloop.budget_account WHERE id = %s",
+            (account, account),
+        )
+        row = await cur.fetchone()
+    assert row is not None, f"no budget account {account!r}"
+    return {"total_tokens": int(row[0]), "reservations": int(row[1])}

@@ -14,7 +14,16 @@ from typing import Any
 
 import anyio
 import pytest
-from durable_helpers import STREAMED_TEXT, WAIT, Env, Worker, requests_of
+from durable_helpers import (
+    LEAD_USAGE,
+    SPENDER_USAGE,
+    STREAMED_TEXT,
+    WAIT,
+    Env,
+    Worker,
+    account_row,
+    requests_of,
+)
 
 from fanloop import TerminationReason
 from fanloop._delegate import SUBAGENT_SYSTEM
@@ -36,7 +45,7 @@ def workers(env: Env) -> dict[str, Worker]:
     return started
 
 
-CRASH_WORKERS = ("crash1", "crash2", "crash3")
+CRASH_WORKERS = ("crash1", "crash2", "crash3", "crash4")
 
 
 def recover(env: Env, workers: dict[str, Worker], name: str) -> Worker:
@@ -299,3 +308,43 @@ async def test_an_agent_given_as_a_tool_runs_as_a_child_workflow(
     assert ("text_delta", ("agent", "clerk"), "k1") in {
         (e.kind, e.agent_path, e.parent_call_id) for e in events
     }
+
+
+async def test_parallel_sub_agents_spend_from_one_account_in_the_database(
+    env: Env, workers: dict[str, Worker], client: Any
+) -> None:
+    """Eight sub-agents on two workers under one 10,000-token limit. Before: each child
+    workflow started with what the parent had left and spent it on its own (here 4.3x the
+    limit; 3.63x in the issue). Now every model call reserves in the tree's account."""
+    workers["w1"].start("budget", "budget-run", "spend")
+    with anyio.fail_after(WAIT):
+        result = await DurableRun("budget-run", client=client).result()
+    calls = sum(len(requests_of(env.server, SUBAGENT_SYSTEM, f"spend:{i}")) for i in range(8))
+    lead = len(requests_of(env.server, "agent:budget", "spend"))
+    spent = calls * SPENDER_USAGE.total_tokens + lead * LEAD_USAGE.total_tokens
+    assert spent <= 10_000, f"{spent / 10_000:.2f}x the limit"
+    assert calls >= 8  # they did spend: the limit, not a failure, stopped them
+    notes = [p.content for m in result.messages for p in m.tool_results_parts]
+    assert sum("stopped early (token_budget" in n for n in notes) >= 1
+    # The account saw exactly what the server reported, and holds nothing any more.
+    row = await account_row(env.db_url, "budget-run")
+    assert row["total_tokens"] == spent
+    assert row["reservations"] == 0
+
+
+async def test_a_reservation_held_by_a_killed_worker_is_settled_on_recovery(
+    env: Env, workers: dict[str, Worker], client: Any
+) -> None:
+    workers["crash4"].start("meter", "meter-run", "cut-off")
+    run = DurableRun("meter-run", client=client)
+    await collect(run, until=lambda es: sum(isinstance(e, TextDelta) for e in es) >= 3)
+    held = await account_row(env.db_url, "meter-run")
+    assert held["reservations"] == 1 and held["total_tokens"] == 0  # in flight, not charged
+    recover(env, workers, "crash4")
+    with anyio.fail_after(WAIT):
+        result = await run.result()
+    assert result.text == STREAMED_TEXT
+    assert requests_of(env.slow_server, "agent:meter", "cut-off") == [0, 0]
+    row = await account_row(env.db_url, "meter-run")
+    assert row["reservations"] == 0  # the dead worker's reservation did not leak
+    assert row["total_tokens"] == SPENDER_USAGE.total_tokens  # the call that reported

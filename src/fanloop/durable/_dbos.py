@@ -23,7 +23,15 @@ from ..errors import ConfigurationError
 if TYPE_CHECKING:
     from dbos import DBOS
 
-__all__ = ["Interrupted", "dbos", "interrupted_cause", "outside_workflow", "require", "step"]
+__all__ = [
+    "Interrupted",
+    "dbos",
+    "interrupted_cause",
+    "outside_workflow",
+    "require",
+    "step",
+    "system_database_url",
+]
 
 T = TypeVar("T")
 
@@ -84,6 +92,24 @@ async def step(name: str, fn: Callable[..., Coroutine[Any, Any, T]], *args: Any)
         return result
     except Exception as exc:
         raise Interrupted(exc) from exc
+
+
+def system_database_url() -> str:
+    """The URL of the launched DBOS's system database (where durable budgets are kept).
+
+    DBOS has no public accessor for it: this reads the configuration DBOS was built with.
+    """
+    try:
+        config: Any = require()._dbos._get_dbos_instance()._config
+        url = config["system_database_url"]
+    except Exception as exc:  # not launched, or DBOS changed its internals
+        raise ConfigurationError(
+            f"cannot find the DBOS system database's URL ({type(exc).__name__}: {exc}); "
+            "configure DBOS with system_database_url and launch it first"
+        ) from exc
+    if not isinstance(url, str) or not url:
+        raise ConfigurationError("DBOS has no system_database_url")
+    return url
 
 
 async def outside_workflow(fn: Callable[[], Awaitable[T]]) -> T:

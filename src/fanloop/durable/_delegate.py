@@ -12,9 +12,10 @@ What holds as in one process: the sub-agent is the one ``delegate`` builds (same
 read-only tools, the sub-agent system prompt) or the agent given as a tool; its answer comes
 back as the tool result, its events reach the parent's stream with their lineage, and its usage
 and tool calls roll up into the parent's (in workflow code, from the step's recorded result, so
-a replay rebuilds the same budget). Limits: the child starts with what the parent's budget has
-left (tokens, cost, tool calls, time); children running side by side each get that, so together
-they can spend more of it than one process would have allowed.
+a replay rebuilds the same result). Limits: the tree's token, cost and tool-call limits are one
+account in the database (see ``_budget``), which every child spends from a model call at a
+time, so children running side by side on any workers hold to them together; a child lives
+within what its parent's deadline leaves, and an agent given as a tool keeps its own limits too.
 """
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ import anyio
 from .._delegate import DelegateTool, _outcome
 from .._fanout import MAX_ERROR_CHARS, clip
 from ..errors import ProviderError
-from ..limits import Budget, Limits
+from ..limits import Limits
 from ..providers._types import Usage
 from ..tools.base import Tool, ToolResult, current_context
+from ._budget import durable_budget, shared_limits
 from ._codec import dump_prompt, load_run_output
 from ._dbos import dbos, outside_workflow, step
 from ._events import wait_output
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
     from .._run import RunState
     from ._events import EventSink
 
-__all__ = ["ChildStarter", "DurableSubAgent", "child_agent", "remaining_limits"]
+__all__ = ["ChildStarter", "DurableSubAgent", "account_of", "child_agent", "child_limits"]
 
 
 class ChildStarter(Protocol):
@@ -78,25 +80,23 @@ def child_agent(parent: Agent, tool: DelegateTool, depth: int) -> Agent:
     )
 
 
-def remaining_limits(limits: Limits, budget: Budget) -> dict[str, Any]:
-    """``limits`` with its shared budgets cut to what ``budget`` has left, as JSON (a child
-    run's limits; ``max_turns`` and the rest stay the child agent's own)."""
-    used = budget.usage
-
-    def left(limit: float | None, spent: float) -> Any:
-        return None if limit is None else max(0, limit - spent)
-
-    parent = budget.limits
+def child_limits(limits: Limits, parent: RunState) -> dict[str, Any]:
+    """A child run's limits as JSON: its agent's own, with a ``timeout`` no later than what
+    the parent's deadline leaves. (The tree's shared limits are its account: see
+    :func:`account_of`.)"""
     values = dataclasses.asdict(limits)
-    values.update(
-        max_input_tokens=left(parent.max_input_tokens, used.total_input_tokens),
-        max_output_tokens=left(parent.max_output_tokens, used.output_tokens),
-        max_total_tokens=left(parent.max_total_tokens, used.total_tokens),
-        max_cost_usd=left(parent.max_cost_usd, budget.cost_usd),
-        max_tool_calls=left(parent.max_tool_calls, budget.tool_calls),
-        timeout=left(parent.timeout, budget.elapsed),
-    )
+    if parent.deadline is not None:
+        left = max(0.0, parent.deadline[0] - anyio.current_time())
+        values["timeout"] = left if limits.timeout is None else min(limits.timeout, left)
     return values
+
+
+def account_of(run: RunState) -> dict[str, Any] | None:
+    """The tree's budget account a child spends from (its id and limits), if any."""
+    tree = durable_budget(run.budget)
+    if tree is None:
+        return None
+    return {"id": tree.account_id, "limits": shared_limits(tree.limits)}
 
 
 class DurableSubAgent(Tool):
@@ -134,10 +134,11 @@ class DurableSubAgent(Tool):
     async def run(self, task: str) -> ToolResult:
         ctx = current_context()
         run: RunState = ctx._run
-        limits = remaining_limits(self._child.agent.limits, run.budget)
+        limits = child_limits(self._child.agent.limits, run)
+        account = account_of(run)
         before, mine = self._lanes.join(self.name) if self._serial else (None, None)
         try:
-            out = await step(self._step, self._body, before, task, limits, ctx.call.id)
+            out = await step(self._step, self._body, before, task, limits, account, ctx.call.id)
         finally:
             if mine is not None:
                 mine.set()
@@ -145,13 +146,23 @@ class DurableSubAgent(Tool):
         return ToolResult(str(out["content"]), is_error=bool(out["is_error"]))
 
     async def _body(
-        self, before: anyio.Event | None, task: str, limits: dict[str, Any], call_id: str
+        self,
+        before: anyio.Event | None,
+        task: str,
+        limits: dict[str, Any],
+        account: dict[str, Any] | None,
+        call_id: str,
     ) -> dict[str, Any]:
         if before is not None:
             await before.wait()
         DBOS = dbos()
         child_id = f"{DBOS.workflow_id}-{DBOS.step_id}"
-        payload = {"prompt": dump_prompt(task), "messages": None, "limits": limits}
+        payload = {
+            "prompt": dump_prompt(task),
+            "messages": None,
+            "limits": limits,
+            "account": account,
+        }
         await outside_workflow(lambda: self._child.enqueue(child_id, payload))
         async with anyio.create_task_group() as tg:
             if self._sink.enabled:
@@ -191,7 +202,8 @@ def _summary(name: str, output: dict[str, Any]) -> dict[str, Any]:
 
 
 def _roll_up(run: RunState, out: dict[str, Any]) -> None:
-    """Charge a child's usage and tool calls to ``run``, as a sub-agent's are in one process."""
+    """Add a child's usage and tool calls to ``run``'s result, as a sub-agent's are in one
+    process. (The child charged the tree's account itself, call by call.)"""
     calls = int(out.get("tool_calls") or 0)
     usage = Usage.model_validate(out["usage"]) if out.get("usage") else None
     owner: RunState | None = run
@@ -200,6 +212,3 @@ def _roll_up(run: RunState, out: dict[str, Any]) -> None:
             owner.usage = owner.usage + usage
         owner.tool_calls += calls
         owner = owner.parent
-    run.budget.tool_calls += calls
-    if usage is not None:
-        run.budget.settle(None, usage, run.agent.model)

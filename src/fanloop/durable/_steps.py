@@ -39,9 +39,11 @@ from .._fanout import DEFER_IN_SUBAGENT, MAX_ERROR_CHARS, _takes_call, clip
 from .._log import logger
 from .._model import Progress, _as_provider_error, make_invoker
 from ..errors import ModelRetry, ToolError
+from ..limits import clean_usage
 from ..messages import ToolCallPart
 from ..providers._types import ModelRequest, ModelResponse
 from ..tools.base import Tool, ToolResult, to_result
+from ._account import LEASE, Account
 from ._codec import RemoteError, error_from_dict, error_to_dict
 from ._dbos import Interrupted, dbos, step
 
@@ -94,17 +96,69 @@ class DurableProvider:
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """The call, without deltas."""
-        return _response(await step("fanloop.model", self._call, request, None))
+        return _response(await step("fanloop.model", self._call, request, None, held_call()))
 
     async def _call(
-        self, request: ModelRequest, send: Callable[[Any], Awaitable[None]] | None
+        self,
+        request: ModelRequest,
+        send: Callable[[Any], Awaitable[None]] | None,
+        held: HeldCall | None,
     ) -> dict[str, Any]:
-        """The step's body: ask the real provider; the response or the error, as JSON."""
+        """The step's body: ask the real provider; the response or the error, as JSON.
+
+        With a reservation in the tree's account (``held``), the call keeps its lease alive
+        while it runs and charges what it reported before the step records it.
+        """
         try:
-            response = await self._invoke(request, send, Progress())
+            if held is None:
+                response = await self._invoke(request, send, Progress())
+            else:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(held.keep_alive)
+                    response = await self._invoke(request, send, Progress())
+                    tg.cancel_scope.cancel()
         except Exception as exc:
             return {"error": error_to_dict(_as_provider_error(exc, self.name))}
+        if held is not None:
+            await held.charge(response)
         return {"response": response.model_dump(mode="json")}
+
+
+class HeldCall:
+    """A model call's reservation in its tree's account (see ``_budget``)."""
+
+    __slots__ = ("account", "model", "rid")
+
+    def __init__(self, account: Account, rid: str, model: str) -> None:
+        self.account = account
+        self.rid = rid
+        self.model = model
+
+    async def keep_alive(self) -> None:
+        """Renew the lease while the call runs (a failed renewal is only logged: the lease
+        is long enough for the next one)."""
+        while True:
+            await anyio.sleep(LEASE / 3)
+            try:
+                await self.account.renew(self.rid)
+            except Exception as exc:
+                logger.warning("budget_lease_renewal_failed", error=repr(exc))
+
+    async def charge(self, response: ModelResponse) -> None:
+        """Charge what the call reported and settle its reservation."""
+        await self.account.charge(self.rid, clean_usage(response.usage), self.model)
+
+
+def held_call() -> HeldCall | None:
+    """The reservation the current run holds in a durable account for its next model call."""
+    from .._scope import current_run
+    from ._budget import durable_budget
+
+    run = current_run()
+    budget = durable_budget(run.budget) if run is not None else None
+    if run is None or budget is None or budget.held is None:
+        return None
+    return HeldCall(budget.account(), budget.held, run.agent.model)
 
 
 def _load_part(data: dict[str, Any]) -> Any:
@@ -130,6 +184,7 @@ class _StepStream:
         self._request = request
         self._send, self._recv = anyio.create_memory_object_stream[Any](64)
         self._tg = anyio.create_task_group()
+        self._held = held_call()
 
     async def __aenter__(self) -> AsyncIterator[Any]:
         await self._tg.__aenter__()
@@ -139,7 +194,9 @@ class _StepStream:
     async def _produce(self, send: MemoryObjectSendStream[Any]) -> None:
         async with send:
             try:
-                out = await step("fanloop.model", self._provider._call, self._request, send.send)
+                out = await step(
+                    "fanloop.model", self._provider._call, self._request, send.send, self._held
+                )
                 item: Any = _response(out)
             except (Exception, Interrupted) as exc:
                 item = exc

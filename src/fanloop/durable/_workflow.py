@@ -5,16 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._delegate import AgentTool, DelegateTool
+from .._delegate import AgentTool, ChildBudget, DelegateTool
 from .._ids import counter_source, id_source
 from .._output import FINAL_TOOL
 from ..errors import ConfigurationError, ProviderError
-from ..limits import Limits
+from ..limits import Budget, Limits
 from ..messages import Message
+from ._budget import DurableBudget, durable_budget, shared_limits
 from ._codec import dump_run_output, load_prompt
 from ._dbos import dbos, interrupted_cause, require
 from ._delegate import DurableSubAgent, child_agent
@@ -23,6 +25,7 @@ from ._steps import ApprovalGate, DurableProvider, DurableTool, Lanes, OutputChe
 
 if TYPE_CHECKING:
     from .._agent import Agent
+    from .._run import RunState
 
 __all__ = ["MAX_LEVELS", "Level", "QueueSpec"]
 
@@ -52,6 +55,7 @@ class Level:
         depth: int,
         queues: Callable[[int], QueueSpec],
         events: bool,
+        own_limits: bool = False,
     ) -> None:
         if depth > MAX_LEVELS:
             raise ConfigurationError(
@@ -61,6 +65,7 @@ class Level:
         self.agent = agent
         self.depth = depth
         self.events = events
+        self.own_limits = own_limits  # an agent given as a tool: its limits are its own too
         self.workflow_name = workflow_name
         self.queue_spec = queues(depth) if depth else None
         self.provider = DurableProvider(agent.provider)
@@ -80,6 +85,7 @@ class Level:
                     depth=depth + 1,
                     queues=queues,
                     events=events,
+                    own_limits=isinstance(t, AgentTool),
                 )
         level = self
 
@@ -102,6 +108,7 @@ class Level:
             (self.agent.name,), enabled=self.events, output_adapter=self.output_adapter
         )
         agent = self.build(sink, payload.get("limits"))
+        budget = self.budget(agent, payload.get("account"))
         prompt = load_prompt(payload.get("prompt"))
         messages = [Message.model_validate(m) for m in payload.get("messages") or ()]
         failure: BaseException | None = None
@@ -111,7 +118,7 @@ class Level:
             try:
                 # Ids the loop makes (the run's, invented call ids) are the same on a replay.
                 with id_source(counter_source(dbos().workflow_id or "")):
-                    output = await _run(agent, prompt, messages, self.output_adapter)
+                    output = await _run(agent, prompt, messages, self.output_adapter, budget)
             except BaseException as exc:
                 failure = interrupted_cause(exc)
                 if failure is None:
@@ -159,6 +166,24 @@ class Level:
             ],
         )
 
+    def budget(self, agent: Agent, account: dict[str, Any] | None) -> Budget | None:
+        """The run's budget: its tree's account in the database when the tree has shared
+        limits (the root's run opens it; a sub-agent's payload names it), under an agent
+        given as a tool's own limits, as in one process; ``None``: the run's own."""
+        DBOS = dbos()
+        if account is None and self.depth == 0:
+            shared = shared_limits(agent.limits)
+            if shared is not None:
+                account = {"id": DBOS.workflow_id, "limits": shared}
+        if account is None:
+            return None
+        tree = DurableBudget(
+            Limits(max_turns=None, **account["limits"]), account_id=str(account["id"])
+        )
+        if self.own_limits and shared_limits(agent.limits) is not None:
+            return ChildBudget(agent.limits, tree)
+        return tree
+
     # -- the queue ---------------------------------------------------------------------------
 
     async def queue(self) -> Any:
@@ -182,10 +207,31 @@ class Level:
 
 
 async def _run(
-    agent: Agent[Any, Any], prompt: str | Message | None, messages: list[Message], adapter: Any
+    agent: Agent[Any, Any],
+    prompt: str | Message | None,
+    messages: list[Message],
+    adapter: Any,
+    budget: Budget | None,
 ) -> Any:
+    before = None if budget is None else partial(_spend_from, budget)
     try:
-        result = await agent.run(prompt, messages=messages or None)
+        result = await agent._execute(prompt, messages=messages or None, before=before)
     except ProviderError as exc:
+        await _close(budget)
         return dump_run_output(exc.partial, exc, adapter)
+    await _close(budget)
     return dump_run_output(result, None, adapter)
+
+
+async def _spend_from(budget: Budget, run: RunState) -> None:
+    """The run spends from ``budget``; a tree's root opens its account first."""
+    run.budget = budget
+    tree = durable_budget(budget)
+    if tree is not None and tree.account_id == dbos().workflow_id:
+        await tree.open()
+
+
+async def _close(budget: Budget | None) -> None:
+    tree = durable_budget(budget)
+    if tree is not None:
+        await tree.close()

@@ -31,7 +31,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from .._log import logger
-from .._model import Invoker, Progress, _as_provider_error, make_invoker
+from .._model import Halted, Invoker, Progress, _as_provider_error, make_invoker, send_guard
 from .._retry import RetryPolicy
 from .._scope import current_run
 from ..errors import ConfigurationError, ContextWindowExceeded, ProviderError, ResponseInvalid
@@ -189,8 +189,10 @@ class FallbackProvider:
                 if notify is not None:
                     await notify(RetryScheduled(attempt, delay, error, progress.emitted))
                 await anyio.sleep(delay)
+                _may_send(run, error)
             if index == last:
                 break
+            _may_send(run, error)
             following = _name(self.providers[index + 1])
             logger.warning(
                 "provider_fallback",
@@ -210,6 +212,14 @@ class FallbackProvider:
         if invokers is None:
             invokers = self._invokers[idle] = [make_invoker(p, idle) for p in self.providers]
         return invokers
+
+
+def _may_send(run: Any, error: ProviderError) -> None:
+    """Raise :class:`~fanloop._model.Halted` when the run may send no more requests (its
+    deadline passed, or a report in its tree spent a budget): a retry or a fallback is a new
+    call like any other."""
+    if run is not None and (stop := send_guard(run)) is not None:
+        raise Halted(stop) from error
 
 
 def _falls_back(error: ProviderError) -> bool:
