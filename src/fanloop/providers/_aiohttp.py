@@ -34,6 +34,7 @@ import httpx2
 from yarl import URL
 
 from ._http import connect_reason
+from ._wire import ResponseTooLarge, content_codings
 
 __all__ = ["AiohttpTransport", "WireResponse"]
 
@@ -106,8 +107,10 @@ def _through(decoder: _Inflate, pieces: Iterable[bytes]) -> Iterator[bytes]:
 
 
 def _decoders(codings: list[str]) -> list[_Inflate]:
-    """The decoders of a ``Content-Encoding``, outermost first: gzip and deflate (the ones
-    sent in ``Accept-Encoding``); other codings pass through as they are, as ``httpx2`` does."""
+    """The decoders of a ``Content-Encoding`` (at most
+    :data:`~fanloop.providers._wire.MAX_CONTENT_CODINGS`), outermost first: gzip and deflate
+    (the ones sent in ``Accept-Encoding``); other codings pass through as they are, as
+    ``httpx2`` does."""
     return [_Inflate(c) for c in reversed(codings) if c in ("gzip", "x-gzip", "deflate")]
 
 
@@ -148,15 +151,14 @@ class WireResponse:
         """The body, decoded, chunk by chunk as it arrives.
 
         Raises:
-            httpx2.DecodingError: a gzip or deflate body that does not decode.
+            httpx2.DecodingError: a gzip or deflate body that does not decode, or more content
+                codings than :data:`~fanloop.providers._wire.MAX_CONTENT_CODINGS`.
             httpx2.TransportError: the connection failed.
         """
-        codings = [
-            c.strip().lower()
-            for value in self.headers.getall("content-encoding", ())  # type: ignore[attr-defined]
-            for c in value.split(",")
-            if c.strip()
-        ]
+        try:
+            codings = content_codings(self.headers.getall("content-encoding", ()))  # type: ignore[attr-defined]
+        except ResponseTooLarge as exc:  # as httpx2 refuses too many: a DecodingError
+            raise httpx2.DecodingError(str(exc)) from None
         decoders = _decoders(codings) if codings else None
         async for chunk in self.chunks():
             if not decoders:

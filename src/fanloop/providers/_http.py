@@ -68,7 +68,7 @@ from ..errors import (
 from ..events import StreamDelta
 from ._sse import DEFAULT_MAX_FRAME_BYTES, SSEDecoder
 from ._types import ModelRequest, ModelResponse
-from ._wire import ResponseTooLarge, loads, short
+from ._wire import ResponseTooLarge, content_codings, loads, short
 
 if TYPE_CHECKING:
     from ..pacing import Pacer
@@ -367,6 +367,14 @@ def _should_retry(headers: Mapping[str, str]) -> bool | None:
     return None
 
 
+def _values(headers: Mapping[str, str], name: str) -> list[str]:
+    """Every value of header ``name`` (``httpx2`` and ``aiohttp`` headers alike)."""
+    get_list = getattr(headers, "get_list", None)
+    if get_list is not None:
+        return get_list(name)  # type: ignore[no-any-return]
+    return headers.getall(name, [])  # type: ignore[attr-defined,no-any-return]
+
+
 def _request_id(headers: Mapping[str, str]) -> str | None:
     return short(headers.get("request-id")) or short(headers.get("x-request-id"))
 
@@ -574,12 +582,10 @@ async def cap_error_body(response: httpx2.Response, *, force: bool = False) -> N
     """
     if response.status_code < 400 and not force:
         return
-    codings = [
-        c.strip().lower()
-        for value in response.headers.get_list("content-encoding")
-        for c in value.split(",")
-        if c.strip() and c.strip().lower() != "identity"
-    ]
+    try:
+        codings = content_codings(response.headers.get_list("content-encoding"))
+    except ResponseTooLarge:
+        codings = ["(too many)"]  # unreadable
     response.stream = _CappedBody(response.stream, codings, MAX_ERROR_BODY_BYTES)
     if "content-encoding" in response.headers:
         del response.headers["content-encoding"]
@@ -813,7 +819,7 @@ class HTTPProvider:
     async def _post(self, body: bytes, *, stream: bool) -> Response:
         """Send ``body``; the response, its body not yet read (errors raised as ours)."""
         if self._errors is not None:
-            return await self._post_sdk(body, stream=stream)
+            return await self._checked(await self._post_sdk(body, stream=stream))
         endpoint: Endpoint = self._client
         if self._closed:
             self._closed = False
@@ -832,6 +838,19 @@ class HTTPProvider:
             raise
         if not 200 <= response.status_code < 300:  # as the SDKs: anything else fails
             raise await self._status_failure(response)
+        return await self._checked(response)
+
+    async def _checked(self, response: Response) -> Response:
+        """``response``, unless its ``Content-Encoding`` lists more codings than accepted: then
+        it is closed and the error raised (:func:`~fanloop.providers._wire.content_codings`)."""
+        headers = response.headers
+        if "content-encoding" in headers:
+            try:
+                content_codings(_values(headers, "content-encoding"))
+            except ResponseTooLarge as exc:
+                await response.aclose()
+                _own(exc, self.name, _request_id(headers))
+                raise
         return response
 
     async def _status_failure(self, response: Response) -> ProviderError:
@@ -893,6 +912,25 @@ class HTTPProvider:
             ) from cause
         except httpx2.TransportError as exc:
             raise transport_error(exc, provider=self.name) from exc
+        except httpx2.DecodingError as exc:
+            # The SDK reads an error body whole; one that does not decode (or lists too many
+            # codings) fails inside its handling of the status.
+            failed = exc.__context__
+            if failed is not None and not isinstance(failed, httpx2.HTTPStatusError):
+                failed = failed.__context__  # the decoder's own error in between
+            if isinstance(failed, httpx2.HTTPStatusError):
+                error = status_error(
+                    failed.response.status_code,
+                    failed.response.headers,
+                    None,
+                    provider=self.name,
+                    key_source=self._key_source,
+                )
+                _log_status(error)
+                raise error from None
+            raise malformed(
+                exc, "the response cannot be decoded", provider=self.name, request_id=None
+            ) from None
         except errors.base as exc:
             raise ProviderError(_clip(str(exc)), provider=self.name) from None
         return response
