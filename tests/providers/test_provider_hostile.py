@@ -35,7 +35,7 @@ from fanloop.providers._http import (
     create_pool,
     parse_retry_after,
 )
-from fanloop.providers._sse import SSEDecoder
+from fanloop.providers._sse import MAX_FRAME_LINES, SSEDecoder
 from fanloop.providers._wire import (
     MAX_NAME_CHARS,
     Malformed,
@@ -45,6 +45,7 @@ from fanloop.providers._wire import (
 )
 from fanloop.testing import FakeLLMServer, call, reply
 from fanloop.testing._faults import Hostile
+from fanloop.testing._server import _anthropic_events, _openai_chunks
 from heartbeat import heartbeat
 
 MiB = 1024 * 1024
@@ -184,10 +185,43 @@ def test_a_frame_over_the_cap_raises_before_more_is_buffered() -> None:
 def test_many_lines_and_frames_decode_in_linear_time() -> None:
     decoder = SSEDecoder()
     started = time.perf_counter()
-    frames = decoder.feed(b"data: x\n" * 300_000 + b"\n")  # one frame of 300,000 lines
-    assert frames == [(b"", b"\n".join([b"x"] * 300_000))]
+    lines = MAX_FRAME_LINES
+    frames = decoder.feed(b"data: x\n" * lines + b"\n")  # one frame of as many lines as allowed
+    assert frames == [(b"", b"\n".join([b"x"] * lines))]
     assert decoder.feed(b": keep-alive\n\n" * 300_000) == []  # comments yield nothing
     assert time.perf_counter() - started < 1.0
+
+
+@pytest.mark.parametrize("line", [b"data: x\n", b": keep-alive\n", b"event: x\n", b"data: x\r\n"])
+def test_a_frame_of_too_many_lines_is_refused_before_it_is_taken_apart(line: bytes) -> None:
+    decoder = SSEDecoder()
+    body = line * (MAX_FRAME_LINES + 1) + b"data: {}\n\n"
+    assert decoder.feed(body[: len(body) // 2]) == []
+    with pytest.raises(ResponseTooLarge, match="10,000 lines") as info:
+        decoder.feed(body[len(body) // 2 :])
+    assert not info.value.transient
+
+    # A frame of 15 MiB in short lines (under max_frame_bytes), fed 64 KiB at a time as the
+    # providers do: the call that completed it held the event loop 1-2 s to split and walk
+    # it. Now it costs about what a frame of that size in one line does (joining, copying).
+    def longest_feed(body: bytes) -> tuple[float, Exception | None]:
+        decoder = SSEDecoder()
+        longest = 0.0
+        for start in range(0, len(body), 64 * 1024):
+            began = time.perf_counter()
+            try:
+                decoder.feed(body[start : start + 64 * 1024])
+            except ResponseTooLarge as exc:
+                return max(longest, time.perf_counter() - began), exc
+            longest = max(longest, time.perf_counter() - began)
+        return longest, None
+
+    size = 15 * MiB // len(line) * len(line)
+    control, error = longest_feed(b"data: " + b"x" * (size - 8) + b"\n\n")
+    assert error is None
+    longest, error = longest_feed(line * (size // len(line)) + b"\n")
+    assert isinstance(error, ResponseTooLarge)
+    assert longest < 2 * control + 0.05, (longest, control)
 
 
 def test_line_endings_split_anywhere_decode_alike() -> None:
@@ -336,6 +370,25 @@ async def test_a_flood_of_tiny_frames_completes_without_holding_the_loop(
     assert count == 50_000
     assert final.text == "x" * 50_000
     assert beat.max_gap < 0.1, beat
+
+
+@HEARTBEAT
+async def test_a_compressed_flood_of_tiny_frames_is_taken_apart_between_turns(
+    server: FakeLLMServer, hostile, api: str
+) -> None:
+    # 6 MiB of empty keep-alive frames in 6 KiB on the wire: each decoded step is a MiB of
+    # them, which the SSE decoder took apart in one go: 0.2 s of the event loop per step on
+    # an idle machine, 0.4-0.5 s on a loaded one. Now 64 KiB at a time, with turns between.
+    render = _anthropic_events if api == "anthropic" else _openai_chunks
+    answer = b"".join(render(reply("done"), "m", "req_1", 100).frames)
+    packed = zlib.compressobj(wbits=31)
+    body = packed.compress(b":\n\n" * (2 * MiB)) + packed.compress(answer) + packed.flush()
+    server.add(Hostile.raw(body, headers={"content-encoding": "gzip"}))
+    provider = hostile()
+    async with heartbeat() as beat:
+        final, _ = await outcome(provider, streaming=True)
+    assert final.text == "done"
+    assert beat.max_gap < 0.15, beat
 
 
 @HEARTBEAT

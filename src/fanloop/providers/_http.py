@@ -41,7 +41,7 @@ import ssl
 import time
 import urllib.request
 import zlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeAlias
@@ -137,6 +137,8 @@ _DRAIN_SECONDS = 0.5
 # A stream whose bytes are always ready never suspends on its reads: give the event loop a
 # turn at least this often (seconds).
 _FAIR_SHARE = 0.02
+# A stream is handed to the SSE decoder this much at a time (decoded chunks can be 1 MiB).
+_FEED_BYTES = 64 * 1024
 
 
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
@@ -1043,22 +1045,25 @@ class ProviderStream:
                 budget -= len(chunk)
                 if budget < 0:
                     raise provider._too_large(request_id)
-                for event, data in feed(chunk):
-                    out = parser.feed(event, data)
-                    if out is None:
-                        if parser.done:
-                            break
-                        continue
-                    if type(out) is tuple:
-                        for delta in out:
-                            yield delta
-                    else:
-                        yield out  # type: ignore[misc]
+                for piece in _pieces(chunk):
+                    for event, data in feed(piece):
+                        out = parser.feed(event, data)
+                        if out is None:
+                            if parser.done:
+                                break
+                            continue
+                        if type(out) is tuple:
+                            for delta in out:
+                                yield delta
+                        else:
+                            yield out  # type: ignore[misc]
+                    if parser.done:
+                        break
+                    if clock() > turn_ends:
+                        await anyio.lowlevel.checkpoint()
+                        turn_ends = clock() + _FAIR_SHARE
                 if parser.done:
                     break
-                if clock() > turn_ends:
-                    await anyio.lowlevel.checkpoint()
-                    turn_ends = clock() + _FAIR_SHARE
             if parser.done:
                 if getattr(response, "at_eof", _never)():  # nothing follows the end marker
                     await chunks.aclose()  # type: ignore[attr-defined]
@@ -1083,6 +1088,14 @@ class ProviderStream:
 
 def _never() -> bool:
     return False
+
+
+def _pieces(chunk: bytes) -> Sequence[bytes]:
+    """``chunk`` in parts of at most :data:`_FEED_BYTES`, so that the loop gets a turn between
+    them: a decoded chunk can be a MiB of tiny frames."""
+    if len(chunk) <= _FEED_BYTES:
+        return (chunk,)
+    return [chunk[i : i + _FEED_BYTES] for i in range(0, len(chunk), _FEED_BYTES)]
 
 
 async def _drain(chunks: AsyncIterator[bytes]) -> None:
