@@ -34,6 +34,7 @@ import httpx2
 from yarl import URL
 
 from ._http import connect_reason
+from ._idle_aiohttp import GuardedConnector, unsent
 from ._wire import ResponseTooLarge, content_codings
 
 __all__ = ["AiohttpTransport", "WireResponse"]
@@ -76,6 +77,9 @@ def _translate(exc: BaseException) -> httpx2.TransportError:
 
 
 _FAILURES = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+
+_ATTEMPTS = 3
+"""Tries of a request refused before its first byte was sent (each on another connection)."""
 
 
 class _Inflate:
@@ -245,7 +249,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
 
     def _open(self) -> aiohttp.ClientSession:
         limits = self._limits
-        connector = aiohttp.TCPConnector(
+        connector = GuardedConnector(
             limit=limits.max_connections or 0,
             limit_per_host=0,
             keepalive_timeout=limits.keepalive_expiry or 5.0,
@@ -306,20 +310,27 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
             # 10,000 runs on a loaded machine). Once every connection is busy, requests wait
             # in the connector instead and take connections that are already open.
             await asyncio.sleep(0)
-        try:
-            response = await session._request(
-                method,
-                url,
-                headers=headers,
-                data=data,
-                allow_redirects=False,
-                timeout=timeout,
-                server_hostname=server_hostname,
-            )
-        except _FAILURES as exc:
-            raise _translate(exc) from exc
-        self._open_bodies += 1
-        return response
+        # A request refused before its first byte went out (bytes arrived on the connection
+        # while it waited to be sent: see GuardedConnector) is sent again on another one.
+        attempts = _ATTEMPTS if isinstance(data, bytes | None) else 1
+        while True:
+            attempts -= 1
+            try:
+                response = await session._request(
+                    method,
+                    url,
+                    headers=headers,
+                    data=data,
+                    allow_redirects=False,
+                    timeout=timeout,
+                    server_hostname=server_hostname,
+                )
+            except _FAILURES as exc:
+                if attempts and unsent(exc):
+                    continue
+                raise _translate(exc) from exc
+            self._open_bodies += 1
+            return response
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         timeout: dict[str, Any] = request.extensions.get("timeout", {})

@@ -280,9 +280,10 @@ def create_pool(
         )
         pool._fanloop_wire = wire  # type: ignore[attr-defined]  # see direct_transport()
         return pool
+    from ._idle import guarded_transport
     from ._pools import GatedTransport
 
-    inner = httpx2.AsyncHTTPTransport(limits=limits, verify=tls, socket_options=keepalive_options())
+    inner = guarded_transport(limits=limits, verify=tls, socket_options=keepalive_options())
     return httpx2.AsyncClient(
         transport=GatedTransport(inner, limits.max_connections)
         if limits.max_connections

@@ -1,0 +1,272 @@
+"""A response is accepted only for a request in flight: a pooled connection that received bytes
+while idle is never reused (both transports, both APIs, streamed or not).
+
+The server is a raw HTTP/1.1 server on loopback that answers the n-th request it reads with
+``answer-n`` and, on the test's word, writes a complete extra response ("STRAY") onto the
+connection of the last answer while the client holds it idle in its pool, as a buggy proxy
+would. Every request must get its own answer, and the server must see each request arrive,
+on a new connection after a stray.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import select
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio.lowlevel
+import httpcore2
+import pytest
+from provider_helpers import request
+
+from fanloop.providers import ModelResponse
+from fanloop.providers._http import HTTPProvider
+from fanloop.providers._idle import _Stream
+from fanloop.providers.anthropic import AnthropicProvider
+from fanloop.providers.openai import OpenAIProvider
+from fanloop.testing import reply
+from fanloop.testing._server import (
+    _anthropic_events,
+    _anthropic_message,
+    _openai_chunks,
+    _openai_completion,
+)
+
+ROUNDS = 20
+STREAMING = pytest.mark.parametrize("streaming", [True, False], ids=["stream", "complete"])
+
+
+@pytest.fixture(params=["httpx", "aiohttp"])
+def transport(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def _socket_readable(sock: Any) -> bool:
+    """Bytes (or the end) wait to be read; a closed socket counts as readable."""
+    fd = sock.fileno()
+    return fd < 0 or bool(select.select([fd], [], [], 0)[0])
+
+
+def render(api: str, text: str, *, streaming: bool) -> bytes:
+    """A complete HTTP response carrying ``text`` as the model's answer."""
+    turn = reply(text)
+    if streaming:
+        events = _anthropic_events if api == "anthropic" else _openai_chunks
+        body = b"".join(events(turn, "m", "req_1", 100).frames)
+        kind = b"text/event-stream"
+    else:
+        message = _anthropic_message if api == "anthropic" else _openai_completion
+        body = json.dumps(message(turn, "m", "req_1")).encode()
+        kind = b"application/json"
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: %s\r\ncontent-length: %d\r\n\r\n"
+    return head % (kind, len(body)) + body
+
+
+class StrayServer:
+    """Answers request n with ``answer-n``; :meth:`stray` writes an extra response onto the
+    connection of the last answer (``glued``: every answer is followed by one at once)."""
+
+    def __init__(self, api: str, *, streaming: bool, glued: bool = False) -> None:
+        self.api = api
+        self.streaming = streaming
+        self.glued = glued
+        self.connections: list[int] = []  # the connection each request arrived on, in order
+        self._open: list[_Connection] = []
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> StrayServer:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _Connection(self), "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for connection in self._open:
+            connection.transport.close()
+        await self._server.wait_closed()
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    def answer(self, connection: _Connection) -> None:
+        text = f"answer-{len(self.connections)}"
+        self.connections.append(connection.number)
+        out = render(self.api, text, streaming=self.streaming)
+        if self.glued:
+            out += render(self.api, "STRAY", streaming=self.streaming)
+        connection.transport.write(out)
+
+    def stray(self, *, only_if_idle: bool = False) -> bool:
+        """Write a complete response onto the connection that carried the last answer; with
+        ``only_if_idle``, only if no byte of a next request has reached it. Whether it did."""
+        connection = self._open[self.connections[-1]]
+        if only_if_idle and not connection.idle():
+            return False
+        connection.transport.write(render(self.api, "STRAY", streaming=self.streaming))
+        return True
+
+
+class _Connection(asyncio.Protocol):
+    """One connection of a :class:`StrayServer`: reads requests, has each answered."""
+
+    def __init__(self, server: StrayServer) -> None:
+        self.server = server
+        self.number = len(server._open)
+        server._open.append(self)
+        self.buffer = b""
+        self.quiet = True  # no byte received since the last answer
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def idle(self) -> bool:
+        """No byte of a request has arrived since the last answer, here or in the socket."""
+        return self.quiet and not _socket_readable(self.transport.get_extra_info("socket"))
+
+    def data_received(self, data: bytes) -> None:
+        self.quiet = False
+        self.buffer += data
+        while (end := self.buffer.find(b"\r\n\r\n")) >= 0:
+            length = next(
+                int(line.split(b":")[1])
+                for line in self.buffer[:end].split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            )
+            if len(self.buffer) < end + 4 + length:
+                return
+            self.buffer = self.buffer[end + 4 + length :]
+            self.server.answer(self)
+            self.quiet = not self.buffer
+
+
+@pytest.fixture
+async def make(api: str, transport: str) -> AsyncIterator[Any]:
+    made: list[HTTPProvider] = []
+
+    def factory(url: str) -> HTTPProvider:
+        provider: HTTPProvider
+        if api == "anthropic":
+            provider = AnthropicProvider("m", api_key="k", base_url=url, transport=transport)  # type: ignore[arg-type]
+        else:
+            provider = OpenAIProvider("m", api_key="k", base_url=f"{url}/v1", transport=transport)  # type: ignore[arg-type]
+        made.append(provider)
+        return provider
+
+    yield factory
+    for provider in made:
+        await provider.aclose()
+
+
+async def ask(provider: HTTPProvider, *, streaming: bool) -> str:
+    if not streaming:
+        return (await provider.complete(request("hi"))).text
+    async with provider.stream(request("hi")) as events:
+        async for item in events:
+            if isinstance(item, ModelResponse):
+                return item.text
+    raise AssertionError("no final response")
+
+
+@STREAMING
+@pytest.mark.parametrize("turns", [0, 1, 3], ids=["at-once", "one-turn", "three-turns"])
+async def test_a_stray_response_on_an_idle_connection_answers_nothing(
+    api: str, make: Any, streaming: bool, turns: int
+) -> None:
+    # The stray waits in the socket (at once), or the client's loop has read it by the next
+    # request (a few turns later); either way the next request goes out on a new connection.
+    async with StrayServer(api, streaming=streaming) as server:
+        provider = make(server.url)
+        for n in range(ROUNDS):
+            assert await ask(provider, streaming=streaming) == f"answer-{n}"
+            server.stray()
+            for _ in range(turns):
+                await anyio.lowlevel.checkpoint()
+    assert len(server.connections) == ROUNDS, "every request reached the server"
+    assert len(set(server.connections)) == ROUNDS, "no connection was reused after a stray"
+
+
+@STREAMING
+async def test_a_stray_response_racing_the_next_request_answers_nothing(
+    api: str, make: Any, streaming: bool
+) -> None:
+    # The stray is written a few loop turns into the next request, as long as no byte of that
+    # request has reached the server: between the pool's choice of the connection and the
+    # request's first byte (httpcore2 probed the socket only at the choice).
+    async with StrayServer(api, streaming=streaming) as server:
+        provider = make(server.url)
+        assert await ask(provider, streaming=streaming) == "answer-0"
+        strikes = 0
+        for n in range(1, 4 * ROUNDS):
+            answers: list[str] = []
+
+            async def next_request(answers: list[str] = answers) -> None:
+                answers.append(await ask(provider, streaming=streaming))
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(next_request)
+                for _ in range(n % 8):
+                    await anyio.lowlevel.checkpoint()
+                strikes += server.stray(only_if_idle=True)
+            assert answers == [f"answer-{n}"]
+    assert strikes >= ROUNDS, "the strays reached the connections while they were idle"
+    assert len(server.connections) == 4 * ROUNDS
+
+
+@STREAMING
+async def test_a_stray_response_right_behind_an_answer_answers_nothing(
+    api: str, make: Any, streaming: bool
+) -> None:
+    # A proxy that sends one response twice: the copy arrives with the answer, so it sits in
+    # the client's buffers (h11's, on httpx), where a probe of the socket cannot see it.
+    async with StrayServer(api, streaming=streaming, glued=True) as server:
+        provider = make(server.url)
+        for n in range(ROUNDS):
+            assert await ask(provider, streaming=streaming) == f"answer-{n}"
+    assert len(server.connections) == ROUNDS
+    assert len(set(server.connections)) == ROUNDS
+
+
+@STREAMING
+async def test_a_quiet_connection_is_reused(api: str, make: Any, streaming: bool) -> None:
+    async with StrayServer(api, streaming=streaming) as server:
+        provider = make(server.url)
+        for n in range(ROUNDS):
+            assert await ask(provider, streaming=streaming) == f"answer-{n}"
+    assert server.connections == [0] * ROUNDS
+
+
+async def test_the_httpx_stream_refuses_a_second_request_while_bytes_wait() -> None:
+    # Bytes anyio already read off the socket (a chunk larger than the read asked for) are
+    # invisible to a probe of the socket; the stream still sees them before a request starts.
+    sent = asyncio.Event()
+    writers: list[asyncio.StreamWriter] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.append(writer)
+        await reader.readexactly(5)
+        writer.write(b"12345")
+        await writer.drain()
+        sent.set()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    stream = _Stream(await httpcore2.AnyIOBackend().connect_tcp("127.0.0.1", port))
+    try:
+        await stream.write(b"first")  # a new connection's first request is not checked
+        await sent.wait()
+        assert await stream.read(1) == b"1"
+        assert not _socket_readable(stream.get_extra_info("socket")), "anyio read them all"
+        assert stream.get_extra_info("is_readable"), "four bytes wait in anyio"
+        with pytest.raises(httpcore2.ConnectionNotAvailable):
+            await stream.write(b"second")
+    finally:
+        await stream.aclose()
+        for writer in writers:
+            writer.close()
+        server.close()
+        await server.wait_closed()
