@@ -12,11 +12,15 @@ import gc
 import gzip
 import json
 import math
+import os
 import random
 import re
+import subprocess
+import sys
 import time
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -40,6 +44,7 @@ from fanloop.providers._wire import (
     MAX_NAME_CHARS,
     Malformed,
     ResponseTooLarge,
+    content_codings,
     loads,
     read_count,
 )
@@ -902,6 +907,67 @@ async def test_an_unknown_content_encoding_is_passed_through(
     provider = hostile()
     assert (await outcome(provider, streaming=False)).text == "hi"
     assert isinstance(await outcome(provider, streaming=False), ResponseInvalid)
+
+
+@pytest.mark.parametrize(
+    ("values", "codings"),
+    [
+        ([], []),
+        (["gzip"], ["gzip"]),
+        (["identity, Deflate", " , X-Gzip "], ["deflate", "x-gzip"]),
+        (["gzip, br, zstd, x-unknown", "identity"], ["gzip", "br", "zstd", "x-unknown"]),
+        (["gzip"] * 5, None),
+        (["gzip, " * 4 + "gzip"], None),
+        (["identity"] * 17, None),
+        ([", ".join(["gzip"] * 50_000)], None),
+    ],
+)
+def test_content_codings_are_read_up_to_the_cap(values: list[str], codings: Any) -> None:
+    if codings is not None:
+        assert content_codings(values) == codings
+        return
+    started = time.perf_counter()
+    with pytest.raises(ResponseTooLarge, match="content codings") as info:
+        content_codings(values)
+    assert not info.value.transient
+    assert time.perf_counter() - started < 0.05
+
+
+REFUSED = ("five gzip", "12,000 mixed", "one long value", "20 identity")
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+def test_hostile_content_encodings_never_crash_or_stall_the_process(transport: str) -> None:
+    # One decoder stage per listed coding: 50,000 codings in 300 KB of headers crashed the
+    # process (SIGSEGV) on the aiohttp pool, a thousand raised a bare RecursionError. The
+    # client runs in a child process, so a crash is a failed test here.
+    import fanloop
+
+    here = Path(__file__).parent
+    paths = [str(Path(fanloop.__file__).parents[1]), str(here.parent), str(here)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    child = subprocess.run(
+        [sys.executable, str(here / "hostile_headers_child.py"), transport],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert child.returncode == 0, (child.returncode, child.stderr[-3000:])
+    results = [json.loads(line) for line in child.stdout.splitlines()]
+    assert len(results) == 2 * 2 * 10, child.stdout
+    for result in results:
+        case, outcome = result["case"], result["outcome"]
+        # Each case is a few milliseconds of work: a gap of a quarter second is the machine.
+        assert result["seconds"] < 5 and result["max_gap"] < 0.25, result
+        if case in ("gzip", "identity and gzip"):
+            assert outcome == "the answer", result
+        elif case in REFUSED:
+            assert outcome == "ResponseTooLarge" and result["transient"] is False, result
+        elif case.startswith("503"):  # the error body is unreadable, the status is not
+            assert result["provider_error"] and result["status"] in (503, None), result
+        elif outcome != "the answer":  # 50,000 codings, a 90 KB header: over a header cap
+            assert result["provider_error"], result
 
 
 async def test_a_gzip_bomb_is_decoded_a_step_at_a_time(server: FakeLLMServer, api: str) -> None:
