@@ -11,8 +11,11 @@ on a new connection after a stray.
 from __future__ import annotations
 
 import asyncio
+import datetime
+import ipaddress
 import json
 import select
+import ssl
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -22,7 +25,7 @@ import pytest
 from provider_helpers import request
 
 from fanloop.providers import ModelResponse
-from fanloop.providers._http import HTTPProvider
+from fanloop.providers._http import HTTPProvider, create_pool
 from fanloop.providers._idle import _Stream
 from fanloop.providers.anthropic import AnthropicProvider
 from fanloop.providers.openai import OpenAIProvider
@@ -68,8 +71,11 @@ class StrayServer:
     """Answers request n with ``answer-n``; :meth:`stray` writes an extra response onto the
     connection of the last answer (``glued``: every answer is followed by one at once)."""
 
-    def __init__(self, api: str, *, streaming: bool, glued: bool = False) -> None:
+    def __init__(
+        self, api: str, *, streaming: bool, glued: bool = False, tls: ssl.SSLContext | None = None
+    ) -> None:
         self.api = api
+        self.tls = tls
         self.streaming = streaming
         self.glued = glued
         self.connections: list[int] = []  # the connection each request arrived on, in order
@@ -78,7 +84,9 @@ class StrayServer:
 
     async def __aenter__(self) -> StrayServer:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _Connection(self), "127.0.0.1", 0)
+        self._server = await loop.create_server(
+            lambda: _Connection(self), "127.0.0.1", 0, ssl=self.tls
+        )
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -91,7 +99,8 @@ class StrayServer:
     @property
     def url(self) -> str:
         assert self._server is not None
-        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
 
     def answer(self, connection: _Connection) -> None:
         text = f"answer-{len(self.connections)}"
@@ -270,3 +279,67 @@ async def test_the_httpx_stream_refuses_a_second_request_while_bytes_wait() -> N
             writer.close()
         server.close()
         await server.wait_closed()
+
+
+def _self_signed(tmp_path: Any) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """A server TLS context for 127.0.0.1 and a client context that trusts only it."""
+    x509 = pytest.importorskip("cryptography.x509", reason="cryptography is not installed")
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    pem = cert.public_bytes(serialization.Encoding.PEM)
+    (tmp_path / "cert.pem").write_bytes(pem)
+    (tmp_path / "key.pem").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+    return server, ssl.create_default_context(cadata=pem.decode())
+
+
+@pytest.mark.parametrize("strays", [False, True], ids=["quiet", "strays"])
+async def test_over_tls_strays_answer_nothing_and_quiet_connections_are_reused(
+    transport: str, tmp_path: Any, strays: bool
+) -> None:
+    # The guards probe the socket under TLS too, where bytes that are not the application's
+    # (a late session ticket) may wait: a quiet connection must still be reused.
+    server_side, client_side = _self_signed(tmp_path)
+    pool = create_pool(transport=transport, verify=client_side)  # type: ignore[arg-type]
+    try:
+        async with StrayServer("openai", streaming=False, tls=server_side) as server:
+            provider = OpenAIProvider(
+                "m", api_key="k", base_url=f"{server.url}/v1", http_client=pool
+            )
+            for n in range(ROUNDS):
+                assert await ask(provider, streaming=False) == f"answer-{n}"
+                if strays:
+                    server.stray()
+                    for _ in range(n % 3):
+                        await anyio.lowlevel.checkpoint()
+    finally:
+        await pool.aclose()
+    assert len(server.connections) == ROUNDS
+    assert len(set(server.connections)) == (ROUNDS if strays else 1)

@@ -6,10 +6,12 @@ writes a response nobody asked for onto a keep-alive connection while it sits id
 has those bytes read as the answer to the next request sent on it: with a buggy shared proxy in
 the path, one user's answer delivered to another. Both transports guard against it:
 
-- ``aiohttp`` (:mod:`~fanloop.providers._aiohttp`): its connection protocol parses whatever
-  arrives, request or not, and queues a complete response for the next reader. Ours closes a
-  connection the moment a byte arrives while it is idle, and before a pooled connection is
-  handed out checks that its socket has nothing unread.
+- ``aiohttp`` (:mod:`~fanloop.providers._idle_aiohttp`): its connection protocol parses
+  whatever arrives, request or not, and queues a complete response for the next reader. Ours
+  closes a pooled connection the moment a byte arrives, checks that a pooled connection's
+  socket has nothing unread before handing it out, and refuses a request, unsent, when bytes
+  arrive between that check and its first byte (``aiohttp`` writes from a task of its own);
+  the transport then sends it on another connection.
 - ``httpx2`` (:func:`guarded_transport`): ``httpcore2`` probes an idle connection's socket when
   it assigns a request to it, but not what ``h11`` or ``anyio`` already read past the end of the
   last response (a stray response written right behind a real one), and not the loop turns
@@ -25,7 +27,6 @@ is read as the answer, exactly as a real one would be.
 from __future__ import annotations
 
 import select
-import socket
 import ssl
 from collections.abc import Iterable
 from typing import Any
@@ -36,7 +37,7 @@ import httpx2
 __all__ = ["guarded_transport", "socket_readable"]
 
 
-def socket_readable(sock: socket.socket | Any | None) -> bool:
+def socket_readable(sock: Any) -> bool:
     """Whether ``sock`` has bytes (or an end of stream) waiting to be read, without reading.
 
     A socket that is gone counts as readable: a connection on it must not be reused.
@@ -49,7 +50,7 @@ def socket_readable(sock: socket.socket | Any | None) -> bool:
     return bool(poller.poll(0))
 
 
-def _anyio_buffers(stream: Any) -> tuple[list[Any], list[Any]]:
+def _anyio_buffers(stream: Any) -> tuple[list[Any], list[tuple[ssl.SSLObject, ssl.MemoryBIO]]]:
     """Where the ``anyio`` stream under an ``httpcore2`` stream keeps bytes it received but has
     not handed on: the protocols of its asyncio socket streams (which queue what arrived while
     a read waited, and the part of a chunk over the size asked for) and the TLS layers (records
@@ -59,15 +60,18 @@ def _anyio_buffers(stream: Any) -> tuple[list[Any], list[Any]]:
     there, and the socket probe still runs.
     """
     protocols: list[Any] = []
-    tls: list[Any] = []
+    tls: list[tuple[ssl.SSLObject, ssl.MemoryBIO]] = []
     layer = getattr(stream, "_stream", None)
     for _ in range(4):  # TLS over TCP, or TLS in TLS through a proxy: a few layers at most
         if layer is None:
             break
-        if isinstance(getattr(layer, "_ssl_object", None), ssl.SSLObject):
-            tls.append(layer)
-        if getattr(layer, "_protocol", None) is not None:
-            protocols.append(layer._protocol)
+        ssl_object = getattr(layer, "_ssl_object", None)
+        read_bio = getattr(layer, "_read_bio", None)
+        if isinstance(ssl_object, ssl.SSLObject) and isinstance(read_bio, ssl.MemoryBIO):
+            tls.append((ssl_object, read_bio))
+        protocol = getattr(layer, "_protocol", None)
+        if protocol is not None:
+            protocols.append(protocol)
         layer = getattr(layer, "transport_stream", None)
     return protocols, tls
 
@@ -97,8 +101,8 @@ class _Stream(httpcore2.AsyncNetworkStream):
         for protocol in self._protocols:
             if getattr(protocol, "read_queue", None) or getattr(protocol, "is_at_eof", False):
                 return True
-        for layer in self._tls:
-            if layer._ssl_object.pending() or layer._read_bio.pending:
+        for ssl_object, read_bio in self._tls:
+            if ssl_object.pending() or read_bio.pending:
                 return True
         return socket_readable(self._socket)
 
