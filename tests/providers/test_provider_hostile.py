@@ -970,10 +970,12 @@ def test_hostile_content_encodings_never_crash_or_stall_the_process(transport: s
             assert result["provider_error"], result
 
 
-async def test_a_gzip_bomb_is_decoded_a_step_at_a_time(server: FakeLLMServer, api: str) -> None:
-    # 64 KiB on the wire that decode to 64 MiB: on the aiohttp pool the reader sees it 1 MiB at
-    # a time and stops at the cap, so memory stays near the cap, not at the chunk's full size.
-    # (httpx2's own decoder, on the httpx transport, decodes each chunk whole.)
+async def test_a_gzip_bomb_is_decoded_a_step_at_a_time(
+    server: FakeLLMServer, api: str, transport: str
+) -> None:
+    # 64 KiB on the wire that decode to 64 MiB: the reader sees it 1 MiB at a time (the
+    # aiohttp pool's decoder, httpx2's own on the httpx transport) and stops at the cap, so
+    # memory stays near the cap, not at the chunk's full size.
     import tracemalloc
 
     bomb = zlib.compressobj(wbits=31)
@@ -981,7 +983,7 @@ async def test_a_gzip_bomb_is_decoded_a_step_at_a_time(server: FakeLLMServer, ap
     assert len(packed) < 128 * 1024
     server.add(Hostile.raw(packed, headers={"content-encoding": "gzip"}))
     make = make_anthropic if api == "anthropic" else make_openai
-    provider = make(server, transport="aiohttp", max_response_bytes=2 * MiB)
+    provider = make(server, transport=transport, max_response_bytes=2 * MiB)
     tracemalloc.start()
     try:
         error = await outcome(provider, streaming=False)

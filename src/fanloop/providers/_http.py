@@ -26,7 +26,10 @@ are read chunk by chunk up to ``max_response_bytes`` (after content decoding, so
 bomb is cut at the cap too); an error body is read up to :data:`MAX_ERROR_BODY_BYTES` (the
 response hook of the pools fanloop creates, or the provider itself for a borrowed pool), and an
 error message is cut to :data:`MAX_ERROR_MESSAGE_CHARS`. Header sizes are capped by the
-transports (``httpx2``: 100 KiB in all; ``aiohttp``: 8190 bytes a line, 128 headers).
+transports (``httpx2``: 100 KiB in all; ``aiohttp``: 8190 bytes a line, 128 headers), and a
+``Content-Encoding`` listing more than :data:`~fanloop.providers._wire.MAX_CONTENT_CODINGS`
+codings is refused before anything decodes the body. A pooled connection that received bytes
+while idle is never reused (:mod:`~fanloop.providers._idle`).
 """
 
 from __future__ import annotations
