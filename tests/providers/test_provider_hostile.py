@@ -951,7 +951,7 @@ def test_hostile_content_encodings_never_crash_or_stall_the_process(transport: s
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=100,  # under pytest's own 120 s: run() kills and reaps the child first
     )
     assert child.returncode == 0, (child.returncode, child.stderr[-3000:])
     results = [json.loads(line) for line in child.stdout.splitlines()]
