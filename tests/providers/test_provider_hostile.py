@@ -12,11 +12,15 @@ import gc
 import gzip
 import json
 import math
+import os
 import random
 import re
+import subprocess
+import sys
 import time
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -35,16 +39,18 @@ from fanloop.providers._http import (
     create_pool,
     parse_retry_after,
 )
-from fanloop.providers._sse import SSEDecoder
+from fanloop.providers._sse import MAX_FRAME_LINES, SSEDecoder
 from fanloop.providers._wire import (
     MAX_NAME_CHARS,
     Malformed,
     ResponseTooLarge,
+    content_codings,
     loads,
     read_count,
 )
 from fanloop.testing import FakeLLMServer, call, reply
 from fanloop.testing._faults import Hostile
+from fanloop.testing._server import _anthropic_events, _openai_chunks
 from heartbeat import heartbeat
 
 MiB = 1024 * 1024
@@ -184,10 +190,43 @@ def test_a_frame_over_the_cap_raises_before_more_is_buffered() -> None:
 def test_many_lines_and_frames_decode_in_linear_time() -> None:
     decoder = SSEDecoder()
     started = time.perf_counter()
-    frames = decoder.feed(b"data: x\n" * 300_000 + b"\n")  # one frame of 300,000 lines
-    assert frames == [(b"", b"\n".join([b"x"] * 300_000))]
+    lines = MAX_FRAME_LINES
+    frames = decoder.feed(b"data: x\n" * lines + b"\n")  # one frame of as many lines as allowed
+    assert frames == [(b"", b"\n".join([b"x"] * lines))]
     assert decoder.feed(b": keep-alive\n\n" * 300_000) == []  # comments yield nothing
     assert time.perf_counter() - started < 1.0
+
+
+@pytest.mark.parametrize("line", [b"data: x\n", b": keep-alive\n", b"event: x\n", b"data: x\r\n"])
+def test_a_frame_of_too_many_lines_is_refused_before_it_is_taken_apart(line: bytes) -> None:
+    decoder = SSEDecoder()
+    body = line * (MAX_FRAME_LINES + 1) + b"data: {}\n\n"
+    assert decoder.feed(body[: len(body) // 2]) == []
+    with pytest.raises(ResponseTooLarge, match="10,000 lines") as info:
+        decoder.feed(body[len(body) // 2 :])
+    assert not info.value.transient
+
+    # A frame of 15 MiB in short lines (under max_frame_bytes), fed 64 KiB at a time as the
+    # providers do: the call that completed it held the event loop 1-2 s to split and walk
+    # it. Now it costs about what a frame of that size in one line does (joining, copying).
+    def longest_feed(body: bytes) -> tuple[float, Exception | None]:
+        decoder = SSEDecoder()
+        longest = 0.0
+        for start in range(0, len(body), 64 * 1024):
+            began = time.perf_counter()
+            try:
+                decoder.feed(body[start : start + 64 * 1024])
+            except ResponseTooLarge as exc:
+                return max(longest, time.perf_counter() - began), exc
+            longest = max(longest, time.perf_counter() - began)
+        return longest, None
+
+    size = 15 * MiB // len(line) * len(line)
+    control, error = longest_feed(b"data: " + b"x" * (size - 8) + b"\n\n")
+    assert error is None
+    longest, error = longest_feed(line * (size // len(line)) + b"\n")
+    assert isinstance(error, ResponseTooLarge)
+    assert longest < 2 * control + 0.05, (longest, control)
 
 
 def test_line_endings_split_anywhere_decode_alike() -> None:
@@ -336,6 +375,25 @@ async def test_a_flood_of_tiny_frames_completes_without_holding_the_loop(
     assert count == 50_000
     assert final.text == "x" * 50_000
     assert beat.max_gap < 0.1, beat
+
+
+@HEARTBEAT
+async def test_a_compressed_flood_of_tiny_frames_is_taken_apart_between_turns(
+    server: FakeLLMServer, hostile, api: str
+) -> None:
+    # 6 MiB of empty keep-alive frames in 6 KiB on the wire: each decoded step is a MiB of
+    # them, which the SSE decoder took apart in one go: 0.2 s of the event loop per step on
+    # an idle machine, 0.4-0.5 s on a loaded one. Now 64 KiB at a time, with turns between.
+    render = _anthropic_events if api == "anthropic" else _openai_chunks
+    answer = b"".join(render(reply("done"), "m", "req_1", 100).frames)
+    packed = zlib.compressobj(wbits=31)
+    body = packed.compress(b":\n\n" * (2 * MiB)) + packed.compress(answer) + packed.flush()
+    server.add(Hostile.raw(body, headers={"content-encoding": "gzip"}))
+    provider = hostile()
+    async with heartbeat() as beat:
+        final, _ = await outcome(provider, streaming=True)
+    assert final.text == "done"
+    assert beat.max_gap < 0.15, beat
 
 
 @HEARTBEAT
@@ -851,10 +909,73 @@ async def test_an_unknown_content_encoding_is_passed_through(
     assert isinstance(await outcome(provider, streaming=False), ResponseInvalid)
 
 
-async def test_a_gzip_bomb_is_decoded_a_step_at_a_time(server: FakeLLMServer, api: str) -> None:
-    # 64 KiB on the wire that decode to 64 MiB: on the aiohttp pool the reader sees it 1 MiB at
-    # a time and stops at the cap, so memory stays near the cap, not at the chunk's full size.
-    # (httpx2's own decoder, on the httpx transport, decodes each chunk whole.)
+@pytest.mark.parametrize(
+    ("values", "codings"),
+    [
+        ([], []),
+        (["gzip"], ["gzip"]),
+        (["identity, Deflate", " , X-Gzip "], ["deflate", "x-gzip"]),
+        (["gzip, br, zstd, x-unknown", "identity"], ["gzip", "br", "zstd", "x-unknown"]),
+        (["gzip"] * 5, None),
+        (["gzip, " * 4 + "gzip"], None),
+        (["identity"] * 17, None),
+        ([", ".join(["gzip"] * 50_000)], None),
+    ],
+)
+def test_content_codings_are_read_up_to_the_cap(values: list[str], codings: Any) -> None:
+    if codings is not None:
+        assert content_codings(values) == codings
+        return
+    started = time.perf_counter()
+    with pytest.raises(ResponseTooLarge, match="content codings") as info:
+        content_codings(values)
+    assert not info.value.transient
+    assert time.perf_counter() - started < 0.05
+
+
+REFUSED = ("five gzip", "12,000 mixed", "one long value", "20 identity")
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+def test_hostile_content_encodings_never_crash_or_stall_the_process(transport: str) -> None:
+    # One decoder stage per listed coding: 50,000 codings in 300 KB of headers crashed the
+    # process (SIGSEGV) on the aiohttp pool, a thousand raised a bare RecursionError. The
+    # client runs in a child process, so a crash is a failed test here.
+    import fanloop
+
+    here = Path(__file__).parent
+    paths = [str(Path(fanloop.__file__).parents[1]), str(here.parent), str(here)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    child = subprocess.run(
+        [sys.executable, str(here / "hostile_headers_child.py"), transport],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=100,  # under pytest's own 120 s: run() kills and reaps the child first
+    )
+    assert child.returncode == 0, (child.returncode, child.stderr[-3000:])
+    results = [json.loads(line) for line in child.stdout.splitlines()]
+    assert len(results) == 2 * 2 * 10, child.stdout
+    for result in results:
+        case, outcome = result["case"], result["outcome"]
+        # Each case is a few milliseconds of work: a gap of a quarter second is the machine.
+        assert result["seconds"] < 5 and result["max_gap"] < 0.25, result
+        if case in ("gzip", "identity and gzip"):
+            assert outcome == "the answer", result
+        elif case in REFUSED:
+            assert outcome == "ResponseTooLarge" and result["transient"] is False, result
+        elif case.startswith("503"):  # the error body is unreadable, the status is not
+            assert result["provider_error"] and result["status"] in (503, None), result
+        elif outcome != "the answer":  # 50,000 codings, a 90 KB header: over a header cap
+            assert result["provider_error"], result
+
+
+async def test_a_gzip_bomb_is_decoded_a_step_at_a_time(
+    server: FakeLLMServer, api: str, transport: str
+) -> None:
+    # 64 KiB on the wire that decode to 64 MiB: the reader sees it 1 MiB at a time (the
+    # aiohttp pool's decoder, httpx2's own on the httpx transport) and stops at the cap, so
+    # memory stays near the cap, not at the chunk's full size.
     import tracemalloc
 
     bomb = zlib.compressobj(wbits=31)
@@ -862,7 +983,7 @@ async def test_a_gzip_bomb_is_decoded_a_step_at_a_time(server: FakeLLMServer, ap
     assert len(packed) < 128 * 1024
     server.add(Hostile.raw(packed, headers={"content-encoding": "gzip"}))
     make = make_anthropic if api == "anthropic" else make_openai
-    provider = make(server, transport="aiohttp", max_response_bytes=2 * MiB)
+    provider = make(server, transport=transport, max_response_bytes=2 * MiB)
     tracemalloc.start()
     try:
         error = await outcome(provider, streaming=False)

@@ -13,10 +13,18 @@ import pytest
 from provider_helpers import request, stream_all
 
 from fanloop import Agent, RetryPolicy, TerminationReason, tool
-from fanloop.errors import AuthenticationError, BadRequest, RateLimited, ServerError
+from fanloop.errors import (
+    AuthenticationError,
+    BadRequest,
+    ProviderError,
+    RateLimited,
+    ResponseTooLarge,
+    ServerError,
+)
 from fanloop.providers.anthropic import AnthropicProvider
 from fanloop.providers.openai import OpenAIProvider
 from fanloop.testing import FakeLLMServer, Fault, call, reply
+from fanloop.testing._faults import Hostile
 
 
 @pytest.fixture(params=["anthropic", "openai"])
@@ -86,3 +94,39 @@ async def test_errors_are_translated_on_the_sdk_path(
     with pytest.raises(error) as info:
         await through_sdk.complete(request("hi"))
     assert info.value.status_code == status  # type: ignore[attr-defined]
+
+
+async def _failure(provider: Any, *, streaming: bool) -> Exception:
+    try:
+        if streaming:
+            await stream_all(provider, request("hi"))
+        else:
+            await provider.complete(request("hi"))
+    except Exception as exc:
+        return exc
+    raise AssertionError("no error")
+
+
+@pytest.mark.parametrize(
+    "coding", ["gzip", "gzip, gzip, gzip, gzip, gzip, gzip", ", ".join(["deflate"] * 3000)]
+)
+async def test_an_error_body_the_sdk_cannot_decode_is_still_a_provider_error(
+    through_sdk: Any, server: FakeLLMServer, coding: str
+) -> None:
+    # The SDKs read an error body whole, and httpx2's DecodingError (a body that is not gzip,
+    # more than five codings) escaped raw. Where the SDK reports it as a connection error,
+    # the status is lost: a transient ProviderConnectionError.
+    server.add(Hostile.error(503, headers={"content-encoding": coding}))
+    error = await _failure(through_sdk, streaming=False)
+    assert isinstance(error, ProviderError) and error.transient, repr(error)
+    assert error.status_code in (503, None)
+
+
+@pytest.mark.parametrize("streaming", [True, False], ids=["stream", "complete"])
+async def test_an_answer_listing_too_many_codings_is_refused_through_the_sdk_client(
+    through_sdk: Any, server: FakeLLMServer, streaming: bool
+) -> None:
+    server.add(Hostile.raw(b"{}", headers={"content-encoding": "gzip, " * 5 + "gzip"}))
+    error = await _failure(through_sdk, streaming=streaming)
+    assert isinstance(error, ResponseTooLarge) and not error.transient, repr(error)
+    assert error.provider == through_sdk.name

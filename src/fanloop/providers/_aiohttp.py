@@ -34,6 +34,8 @@ import httpx2
 from yarl import URL
 
 from ._http import connect_reason
+from ._idle_aiohttp import GuardedConnector, unsent
+from ._wire import ResponseTooLarge, content_codings
 
 __all__ = ["AiohttpTransport", "WireResponse"]
 
@@ -76,6 +78,9 @@ def _translate(exc: BaseException) -> httpx2.TransportError:
 
 _FAILURES = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
+_ATTEMPTS = 3
+"""Tries of a request refused before its first byte was sent (each on another connection)."""
+
 
 class _Inflate:
     """A gzip or deflate body decoded step by step (see :data:`_INFLATE_STEP`)."""
@@ -106,8 +111,10 @@ def _through(decoder: _Inflate, pieces: Iterable[bytes]) -> Iterator[bytes]:
 
 
 def _decoders(codings: list[str]) -> list[_Inflate]:
-    """The decoders of a ``Content-Encoding``, outermost first: gzip and deflate (the ones
-    sent in ``Accept-Encoding``); other codings pass through as they are, as ``httpx2`` does."""
+    """The decoders of a ``Content-Encoding`` (at most
+    :data:`~fanloop.providers._wire.MAX_CONTENT_CODINGS`), outermost first: gzip and deflate
+    (the ones sent in ``Accept-Encoding``); other codings pass through as they are, as
+    ``httpx2`` does."""
     return [_Inflate(c) for c in reversed(codings) if c in ("gzip", "x-gzip", "deflate")]
 
 
@@ -148,15 +155,14 @@ class WireResponse:
         """The body, decoded, chunk by chunk as it arrives.
 
         Raises:
-            httpx2.DecodingError: a gzip or deflate body that does not decode.
+            httpx2.DecodingError: a gzip or deflate body that does not decode, or more content
+                codings than :data:`~fanloop.providers._wire.MAX_CONTENT_CODINGS`.
             httpx2.TransportError: the connection failed.
         """
-        codings = [
-            c.strip().lower()
-            for value in self.headers.getall("content-encoding", ())  # type: ignore[attr-defined]
-            for c in value.split(",")
-            if c.strip()
-        ]
+        try:
+            codings = content_codings(self.headers.getall("content-encoding", ()))  # type: ignore[attr-defined]
+        except ResponseTooLarge as exc:  # as httpx2 refuses too many: a DecodingError
+            raise httpx2.DecodingError(str(exc)) from None
         decoders = _decoders(codings) if codings else None
         async for chunk in self.chunks():
             if not decoders:
@@ -243,7 +249,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
 
     def _open(self) -> aiohttp.ClientSession:
         limits = self._limits
-        connector = aiohttp.TCPConnector(
+        connector = GuardedConnector(
             limit=limits.max_connections or 0,
             limit_per_host=0,
             keepalive_timeout=limits.keepalive_expiry or 5.0,
@@ -304,20 +310,27 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
             # 10,000 runs on a loaded machine). Once every connection is busy, requests wait
             # in the connector instead and take connections that are already open.
             await asyncio.sleep(0)
-        try:
-            response = await session._request(
-                method,
-                url,
-                headers=headers,
-                data=data,
-                allow_redirects=False,
-                timeout=timeout,
-                server_hostname=server_hostname,
-            )
-        except _FAILURES as exc:
-            raise _translate(exc) from exc
-        self._open_bodies += 1
-        return response
+        # A request refused before its first byte went out (bytes arrived on the connection
+        # while it waited to be sent: see GuardedConnector) is sent again on another one.
+        attempts = _ATTEMPTS if isinstance(data, bytes | None) else 1
+        while True:
+            attempts -= 1
+            try:
+                response = await session._request(
+                    method,
+                    url,
+                    headers=headers,
+                    data=data,
+                    allow_redirects=False,
+                    timeout=timeout,
+                    server_hostname=server_hostname,
+                )
+            except _FAILURES as exc:
+                if attempts and unsent(exc):
+                    continue
+                raise _translate(exc) from exc
+            self._open_bodies += 1
+            return response
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         timeout: dict[str, Any] = request.extensions.get("timeout", {})

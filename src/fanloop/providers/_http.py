@@ -26,7 +26,10 @@ are read chunk by chunk up to ``max_response_bytes`` (after content decoding, so
 bomb is cut at the cap too); an error body is read up to :data:`MAX_ERROR_BODY_BYTES` (the
 response hook of the pools fanloop creates, or the provider itself for a borrowed pool), and an
 error message is cut to :data:`MAX_ERROR_MESSAGE_CHARS`. Header sizes are capped by the
-transports (``httpx2``: 100 KiB in all; ``aiohttp``: 8190 bytes a line, 128 headers).
+transports (``httpx2``: 100 KiB in all; ``aiohttp``: 8190 bytes a line, 128 headers), and a
+``Content-Encoding`` listing more than :data:`~fanloop.providers._wire.MAX_CONTENT_CODINGS`
+codings is refused before anything decodes the body. A pooled connection that received bytes
+while idle is never reused (:mod:`~fanloop.providers._idle`).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ import ssl
 import time
 import urllib.request
 import zlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeAlias
@@ -68,7 +71,7 @@ from ..errors import (
 from ..events import StreamDelta
 from ._sse import DEFAULT_MAX_FRAME_BYTES, SSEDecoder
 from ._types import ModelRequest, ModelResponse
-from ._wire import ResponseTooLarge, loads, short
+from ._wire import ResponseTooLarge, content_codings, loads, short
 
 if TYPE_CHECKING:
     from ..pacing import Pacer
@@ -137,6 +140,8 @@ _DRAIN_SECONDS = 0.5
 # A stream whose bytes are always ready never suspends on its reads: give the event loop a
 # turn at least this often (seconds).
 _FAIR_SHARE = 0.02
+# A stream is handed to the SSE decoder this much at a time (decoded chunks can be 1 MiB).
+_FEED_BYTES = 64 * 1024
 
 
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
@@ -278,9 +283,10 @@ def create_pool(
         )
         pool._fanloop_wire = wire  # type: ignore[attr-defined]  # see direct_transport()
         return pool
+    from ._idle import guarded_transport
     from ._pools import GatedTransport
 
-    inner = httpx2.AsyncHTTPTransport(limits=limits, verify=tls, socket_options=keepalive_options())
+    inner = guarded_transport(limits=limits, verify=tls, socket_options=keepalive_options())
     return httpx2.AsyncClient(
         transport=GatedTransport(inner, limits.max_connections)
         if limits.max_connections
@@ -365,6 +371,14 @@ def _should_retry(headers: Mapping[str, str]) -> bool | None:
     if value == "false":
         return False
     return None
+
+
+def _values(headers: Mapping[str, str], name: str) -> list[str]:
+    """Every value of header ``name`` (``httpx2`` and ``aiohttp`` headers alike)."""
+    get_list = getattr(headers, "get_list", None)
+    if get_list is not None:
+        return get_list(name)  # type: ignore[no-any-return]
+    return headers.getall(name, [])  # type: ignore[attr-defined,no-any-return]
 
 
 def _request_id(headers: Mapping[str, str]) -> str | None:
@@ -574,12 +588,10 @@ async def cap_error_body(response: httpx2.Response, *, force: bool = False) -> N
     """
     if response.status_code < 400 and not force:
         return
-    codings = [
-        c.strip().lower()
-        for value in response.headers.get_list("content-encoding")
-        for c in value.split(",")
-        if c.strip() and c.strip().lower() != "identity"
-    ]
+    try:
+        codings = content_codings(response.headers.get_list("content-encoding"))
+    except ResponseTooLarge:
+        codings = ["(too many)"]  # unreadable
     response.stream = _CappedBody(response.stream, codings, MAX_ERROR_BODY_BYTES)
     if "content-encoding" in response.headers:
         del response.headers["content-encoding"]
@@ -813,7 +825,7 @@ class HTTPProvider:
     async def _post(self, body: bytes, *, stream: bool) -> Response:
         """Send ``body``; the response, its body not yet read (errors raised as ours)."""
         if self._errors is not None:
-            return await self._post_sdk(body, stream=stream)
+            return await self._checked(await self._post_sdk(body, stream=stream))
         endpoint: Endpoint = self._client
         if self._closed:
             self._closed = False
@@ -832,6 +844,19 @@ class HTTPProvider:
             raise
         if not 200 <= response.status_code < 300:  # as the SDKs: anything else fails
             raise await self._status_failure(response)
+        return await self._checked(response)
+
+    async def _checked(self, response: Response) -> Response:
+        """``response``, unless its ``Content-Encoding`` lists more codings than accepted: then
+        it is closed and the error raised (:func:`~fanloop.providers._wire.content_codings`)."""
+        headers = response.headers
+        if "content-encoding" in headers:
+            try:
+                content_codings(_values(headers, "content-encoding"))
+            except ResponseTooLarge as exc:
+                await response.aclose()
+                _own(exc, self.name, _request_id(headers))
+                raise
         return response
 
     async def _status_failure(self, response: Response) -> ProviderError:
@@ -893,6 +918,25 @@ class HTTPProvider:
             ) from cause
         except httpx2.TransportError as exc:
             raise transport_error(exc, provider=self.name) from exc
+        except httpx2.DecodingError as exc:
+            # The SDK reads an error body whole; one that does not decode (or lists too many
+            # codings) fails inside its handling of the status.
+            failed = exc.__context__
+            if failed is not None and not isinstance(failed, httpx2.HTTPStatusError):
+                failed = failed.__context__  # the decoder's own error in between
+            if isinstance(failed, httpx2.HTTPStatusError):
+                error = status_error(
+                    failed.response.status_code,
+                    failed.response.headers,
+                    None,
+                    provider=self.name,
+                    key_source=self._key_source,
+                )
+                _log_status(error)
+                raise error from None
+            raise malformed(
+                exc, "the response cannot be decoded", provider=self.name, request_id=None
+            ) from None
         except errors.base as exc:
             raise ProviderError(_clip(str(exc)), provider=self.name) from None
         return response
@@ -1005,22 +1049,25 @@ class ProviderStream:
                 budget -= len(chunk)
                 if budget < 0:
                     raise provider._too_large(request_id)
-                for event, data in feed(chunk):
-                    out = parser.feed(event, data)
-                    if out is None:
-                        if parser.done:
-                            break
-                        continue
-                    if type(out) is tuple:
-                        for delta in out:
-                            yield delta
-                    else:
-                        yield out  # type: ignore[misc]
+                for piece in _pieces(chunk):
+                    for event, data in feed(piece):
+                        out = parser.feed(event, data)
+                        if out is None:
+                            if parser.done:
+                                break
+                            continue
+                        if type(out) is tuple:
+                            for delta in out:
+                                yield delta
+                        else:
+                            yield out  # type: ignore[misc]
+                    if parser.done:
+                        break
+                    if clock() > turn_ends:
+                        await anyio.lowlevel.checkpoint()
+                        turn_ends = clock() + _FAIR_SHARE
                 if parser.done:
                     break
-                if clock() > turn_ends:
-                    await anyio.lowlevel.checkpoint()
-                    turn_ends = clock() + _FAIR_SHARE
             if parser.done:
                 if getattr(response, "at_eof", _never)():  # nothing follows the end marker
                     await chunks.aclose()  # type: ignore[attr-defined]
@@ -1045,6 +1092,14 @@ class ProviderStream:
 
 def _never() -> bool:
     return False
+
+
+def _pieces(chunk: bytes) -> Sequence[bytes]:
+    """``chunk`` in parts of at most :data:`_FEED_BYTES`, so that the loop gets a turn between
+    them: a decoded chunk can be a MiB of tiny frames."""
+    if len(chunk) <= _FEED_BYTES:
+        return (chunk,)
+    return [chunk[i : i + _FEED_BYTES] for i in range(0, len(chunk), _FEED_BYTES)]
 
 
 async def _drain(chunks: AsyncIterator[bytes]) -> None:

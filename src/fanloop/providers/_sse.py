@@ -13,17 +13,22 @@ The body comes from the server, so the work is linear in its size: the unfinishe
 kept as a list of chunks (joined once, when it completes), only the new bytes are searched for
 the blank line that ends it, and a frame that grows past ``max_frame_bytes`` raises
 :class:`~fanloop.providers._wire.ResponseTooLarge` before more of it is buffered. A line
-cannot be longer than its frame, so the cap bounds lines too.
+cannot be longer than its frame, so the cap bounds lines too; a frame of more than
+:data:`MAX_FRAME_LINES` lines is refused the same way before it is taken apart.
 """
 
 from __future__ import annotations
 
 from ._wire import ResponseTooLarge
 
-__all__ = ["DEFAULT_MAX_FRAME_BYTES", "SSEDecoder"]
+__all__ = ["DEFAULT_MAX_FRAME_BYTES", "MAX_FRAME_LINES", "SSEDecoder"]
 
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 """The largest SSE frame (and so line) accepted by default: 16 MiB."""
+
+MAX_FRAME_LINES = 10_000
+"""The most lines one SSE frame may hold. The model APIs send one or two a frame; a frame of
+16 MiB in seven-byte lines would take seconds of the event loop to take apart."""
 
 
 class SSEDecoder:
@@ -58,7 +63,8 @@ class SSEDecoder:
         """Add ``chunk`` and return the frames it completed, in order.
 
         Raises:
-            ResponseTooLarge: the frame being read is over ``max_frame_bytes``.
+            ResponseTooLarge: the frame being read is over ``max_frame_bytes``, or a frame
+                holds :data:`MAX_FRAME_LINES` lines or more.
         """
         if not chunk:
             return []
@@ -110,6 +116,10 @@ class SSEDecoder:
                     if len(rest) > 6:
                         out.append((head[7:].strip(), rest[6:]))
                     continue
+            if frame.count(b"\n") >= MAX_FRAME_LINES:
+                raise ResponseTooLarge(
+                    f"a stream event holds over {MAX_FRAME_LINES:,} lines (the limit)"
+                )
             event = b""
             data: list[bytes] = []
             for line in frame.split(b"\n"):

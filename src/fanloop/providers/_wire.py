@@ -17,13 +17,14 @@ import math
 import os
 import re
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
 from ..errors import ResponseTooLarge
 from ..messages import INVALID_ARGUMENTS_KEY
 
 __all__ = [
+    "MAX_CONTENT_CODINGS",
     "MAX_COUNT",
     "MAX_ID_CHARS",
     "MAX_NAME_CHARS",
@@ -31,6 +32,7 @@ __all__ = [
     "MessageCache",
     "ResponseTooLarge",
     "ToolsCache",
+    "content_codings",
     "dumps",
     "loads",
     "new_call_id",
@@ -51,6 +53,11 @@ MAX_ID_CHARS = 256
 MAX_NAME_CHARS = 256
 """Tool names longer than this are cut to this length (no tool has such a name, so the
 fan-out answers the call with an unknown-tool error the model can act on)."""
+
+MAX_CONTENT_CODINGS = 4
+"""The most content codings one response may list in ``Content-Encoding`` (``identity``
+aside); a header listing more than four times as many entries is refused without reading
+them one by one."""
 
 _BIG_JSON = 1 << 20
 _MAX_JSON_TOKENS = 500_000
@@ -81,6 +88,37 @@ def loads(data: bytes | str) -> Any:
         return _decode(text)
     except RecursionError:
         raise Malformed("JSON nested too deeply") from None
+
+
+def content_codings(values: Iterable[str]) -> list[str]:
+    """The content codings of a response, in the order they were applied: the entries of its
+    ``Content-Encoding`` headers, lowercased, without ``identity`` and empty entries.
+
+    Raises:
+        ResponseTooLarge: more than :data:`MAX_CONTENT_CODINGS` codings (a server can list
+            tens of thousands in a few hundred kilobytes of headers, and each one listed is a
+            decoder stage), or more than four times as many entries.
+
+    Example:
+        >>> content_codings(["gzip", "identity, Deflate"])
+        ['gzip', 'deflate']
+    """
+    entries = 0
+    codings: list[str] = []
+    for value in values:
+        entries += value.count(",") + 1
+        if entries > 4 * MAX_CONTENT_CODINGS:
+            break
+        for entry in value.split(","):
+            coding = entry.strip().lower()
+            if coding and coding != "identity":
+                codings.append(coding)
+    if entries > 4 * MAX_CONTENT_CODINGS or len(codings) > MAX_CONTENT_CODINGS:
+        raise ResponseTooLarge(
+            f"the response lists more content codings than the {MAX_CONTENT_CODINGS} accepted "
+            "(Content-Encoding)"
+        )
+    return codings
 
 
 def short(value: object, limit: int = MAX_ID_CHARS) -> str | None:
