@@ -515,3 +515,22 @@ def test_constructor_checks(server: FakeLLMServer) -> None:
         OpenAIResponsesProvider(
             "gpt-5", client=openai.AsyncOpenAI(api_key="k"), http_client=httpx2.AsyncClient()
         )
+
+
+async def test_store_continues_from_the_previous_response(server: FakeLLMServer) -> None:
+    server.add(
+        reply(thinking="a", tool_calls=[call("get_weather", "c1", city="Paris")]),
+        reply(thinking="b", tool_calls=[call("get_weather", "c2", city="Rome")]),
+        "done",
+    )
+    result = await Agent(make_responses(server, store=True), tools=[get_weather]).run("go")
+    assert result.text == "done"
+    first, second, third = (r.body for r in server.requests)
+    assert first["store"] is True and "include" not in first
+    assert "previous_response_id" not in first
+    assert second["previous_response_id"] == "resp_req_fake_000001"
+    assert second["input"] == [
+        {"type": "function_call_output", "call_id": "c1", "output": "Sunny in Paris"}
+    ]
+    assert third["previous_response_id"] == "resp_req_fake_000002"
+    assert [i["call_id"] for i in third["input"]] == ["c2"]
