@@ -337,6 +337,7 @@ def clean_usage(usage: Usage) -> Usage:
         usage.output_tokens,
         usage.cache_read_tokens,
         usage.cache_write_tokens,
+        getattr(usage, "reasoning_tokens", 0),
     )
     if all(type(v) is int and 0 <= v <= MAX_REPORTED_TOKENS for v in values):
         return usage
@@ -346,6 +347,7 @@ def clean_usage(usage: Usage) -> Usage:
         output_tokens=fixed[1],
         cache_read_tokens=fixed[2],
         cache_write_tokens=fixed[3],
+        reasoning_tokens=fixed[4],
     )
 
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
-PROVIDER = ("--provider", "openai", "--model", "gpt-4o")
+# Chat Completions: the tests read the requests' ``messages`` (``openai`` is the Responses API).
+PROVIDER = ("--provider", "openai-chat", "--model", "gpt-4o")
 
 
 @dataclass

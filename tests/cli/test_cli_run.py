@@ -164,6 +164,20 @@ def test_provider_from_the_environment(
     assert done.code == 0, done.err
     assert "From the environment." in done.out
     assert server.requests[0].body["model"] == "gpt-4o"
+    assert server.requests[0].path == "/v1/responses"  # openai: the Responses API
+
+
+def test_openai_chat_is_chat_completions(
+    server: FakeLLMServer, env: dict[str, str], work: Path
+) -> None:
+    server.add("Chatting.")
+    done = fanloop(
+        "run", "--provider", "openai-chat", "--model", "gpt-4.1", "--root", str(work), "hi",
+        env=env,
+    )  # fmt: skip
+    assert done.code == 0, done.err
+    assert "Chatting." in done.out
+    assert server.requests[0].path == "/v1/chat/completions"
 
 
 def test_provider_error_is_one_line_on_stderr(

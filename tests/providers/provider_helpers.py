@@ -8,7 +8,7 @@ from fanloop.events import StreamDelta
 from fanloop.messages import Message, ToolResultPart
 from fanloop.providers import ModelRequest, ModelResponse, ToolSpec
 from fanloop.providers.anthropic import AnthropicProvider
-from fanloop.providers.openai import OpenAIProvider
+from fanloop.providers.openai import OpenAIProvider, OpenAIResponsesProvider
 from fanloop.testing import FakeLLMServer
 
 WEATHER = ToolSpec(
@@ -72,4 +72,11 @@ def make_openai(server: FakeLLMServer, **options: Any) -> OpenAIProvider:
     options.setdefault("api_key", "sk-openai-test")
     return OpenAIProvider(
         options.pop("model", "gpt-4.1"), base_url=server.openai_base_url, **options
+    )
+
+
+def make_responses(server: FakeLLMServer, **options: Any) -> OpenAIResponsesProvider:
+    options.setdefault("api_key", "sk-openai-test")
+    return OpenAIResponsesProvider(
+        options.pop("model", "gpt-5"), base_url=server.openai_base_url, **options
     )

@@ -65,7 +65,7 @@ def test_an_agent_from_a_model_string_sends_without_the_sdk(
         "import asyncio\n"
         "from fanloop import Agent\n"
         "async def main():\n"
-        "    for spec in ('anthropic:claude-x', 'openai:gpt-x'):\n"
+        "    for spec in ('anthropic:claude-x', 'openai:gpt-x', 'openai-chat:gpt-x'):\n"
         "        async with Agent(spec) as agent:\n"
         "            assert (await agent.run('hi')).text == 'hello'\n"
         "asyncio.run(main())\n"
@@ -77,10 +77,10 @@ def test_an_agent_from_a_model_string_sends_without_the_sdk(
         OPENAI_BASE_URL=server.openai_base_url,
     )
     assert imported_sdks(code, env, tmp_path) == []
-    assert [r.api for r in server.requests] == ["anthropic", "openai"]
+    assert [r.api for r in server.requests] == ["anthropic", "responses", "openai"]
 
 
-@pytest.mark.parametrize("vendor", ["anthropic", "openai"])
+@pytest.mark.parametrize("vendor", ["anthropic", "openai", "openai-chat"])
 def test_fanloop_run_sends_without_the_sdk(
     server: FakeLLMServer, tmp_path: Path, vendor: str
 ) -> None:
@@ -99,7 +99,8 @@ def test_fanloop_run_sends_without_the_sdk(
         OPENAI_BASE_URL=server.openai_base_url,
     )
     assert imported_sdks(code, env, tmp_path) == []
-    assert [r.api for r in server.requests] == [vendor]
+    wire = {"openai": "responses", "openai-chat": "openai"}.get(vendor, vendor)
+    assert [r.api for r in server.requests] == [wire]
 
 
 # -- the request is the one the SDK would send ----------------------------------------------------

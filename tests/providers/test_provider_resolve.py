@@ -7,7 +7,7 @@ import pytest
 from fanloop.errors import ConfigurationError
 from fanloop.providers import from_env, resolve_provider
 from fanloop.providers.anthropic import AnthropicProvider
-from fanloop.providers.openai import OpenAIProvider
+from fanloop.providers.openai import OpenAIProvider, OpenAIResponsesProvider
 
 
 @pytest.mark.parametrize(
@@ -31,6 +31,12 @@ from fanloop.providers.openai import OpenAIProvider
         ),
         (
             {"LLM_PROVIDER": "openai", "OPENAI_API_KEY": "k"},
+            OpenAIResponsesProvider,
+            "openai",
+            "https://api.openai.com/v1/",
+        ),
+        (
+            {"LLM_PROVIDER": "openai-chat", "OPENAI_API_KEY": "k"},
             OpenAIProvider,
             "openai",
             "https://api.openai.com/v1/",
@@ -41,7 +47,7 @@ from fanloop.providers.openai import OpenAIProvider
                 "OPENAI_API_KEY": "k",
                 "OPENAI_BASE_URL": "http://o.test/v1",
             },
-            OpenAIProvider,
+            OpenAIResponsesProvider,
             "openai",
             "http://o.test/v1/",
         ),
@@ -104,7 +110,12 @@ def test_from_env_passes_options() -> None:
 def test_resolve_provider_strings() -> None:
     assert isinstance(resolve_provider("anthropic:claude-x", api_key="k"), AnthropicProvider)
     openai = resolve_provider("openai:gpt-x", api_key="k")
+    assert isinstance(openai, OpenAIResponsesProvider)  # OpenAI's own endpoint: Responses
     assert (openai.name, openai.model) == ("openai", "gpt-x")
+    chat = resolve_provider("openai-chat:gpt-x", api_key="k")
+    assert isinstance(chat, OpenAIProvider) and (chat.name, chat.model) == ("openai", "gpt-x")
+    for preset in ("openrouter:m", "vllm:m", "ollama:m"):
+        assert type(resolve_provider(preset, api_key="k")) is OpenAIProvider
     routed = resolve_provider("openrouter:meta-llama/llama-3:free", api_key="k")
     assert (routed.name, routed.model) == ("openrouter", "meta-llama/llama-3:free")
     assert resolve_provider("ollama:qwen3").name == "ollama"

@@ -65,7 +65,8 @@ def _agent_options() -> argparse.ArgumentParser:
     group = common.add_argument_group("agent options")
     group.add_argument(
         "--provider",
-        help="anthropic, openai, openrouter, vllm or ollama (default: $LLM_PROVIDER)",
+        help="anthropic, openai (the Responses API), openai-chat (Chat Completions), "
+        "openrouter, vllm or ollama (default: $LLM_PROVIDER)",
     )
     group.add_argument("--model", help="the model name, or vendor:model (default: $LLM_MODEL)")
     group.add_argument(

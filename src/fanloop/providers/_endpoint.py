@@ -265,8 +265,11 @@ def openai_endpoint(
     default_headers: Mapping[str, str] | None,
     name: str,
     transport: Transport = "auto",
+    path: str = "/chat/completions",
+    owner: str = "OpenAIProvider",
 ) -> tuple[Endpoint, str]:
-    """The Chat Completions endpoint, and where its key came from (for error messages).
+    """An OpenAI endpoint (``path``: Chat Completions unless told), and where its key came
+    from (for error messages; ``owner`` is the provider class they name).
 
     The key: ``api_key``, else ``OPENAI_API_KEY``, sent as ``Authorization: Bearer``. The base
     URL: ``base_url``, else ``OPENAI_BASE_URL``, else ``https://api.openai.com/v1``. For the
@@ -277,12 +280,12 @@ def openai_endpoint(
     Raises:
         ConfigurationError: no key, or a base URL that is not an http(s) URL.
     """
-    source = "the api_key passed to OpenAIProvider"
+    source = f"the api_key passed to {owner}"
     if api_key is None:
         api_key = os.environ.get("OPENAI_API_KEY") or None
         if not api_key:
             raise ConfigurationError(
-                "OpenAIProvider needs an API key: pass api_key= or set OPENAI_API_KEY"
+                f"{owner} needs an API key: pass api_key= or set OPENAI_API_KEY"
             )
         source = "the key in OPENAI_API_KEY"
     headers = _base_headers(api_key)
@@ -294,9 +297,7 @@ def openai_endpoint(
         headers = _merge(headers, _custom_headers("OPENAI_CUSTOM_HEADERS"))
     headers = _merge(headers, default_headers)
     url = base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_URL
-    return _endpoint(
-        url, "/chat/completions", headers, timeout, http_client, "OpenAI", transport
-    ), source
+    return _endpoint(url, path, headers, timeout, http_client, "OpenAI", transport), source
 
 
 def sdk_key_source(key: object, variables: tuple[str, ...], owner: str) -> str:

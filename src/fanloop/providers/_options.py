@@ -16,6 +16,11 @@ Setting: OpenAI Chat Completions / Anthropic Messages
 - a typed answer: ``response_format`` ``json_schema`` / ``output_config.format``
   ``json_schema``.
 
+The OpenAI Responses API takes ``temperature``, ``top_p``, ``max_output_tokens``,
+``tool_choice`` (``"auto"``, ``"required"``, ``"none"`` or ``{"type": "function", "name": ...}``),
+``parallel_tool_calls`` and ``extra``; it has no ``stop`` and no ``seed`` (refused). A typed
+answer goes out as ``text.format`` (``{"type": "json_schema", "name", "schema", "strict"}``).
+
 ``tool_choice`` and ``parallel_tool_calls`` are sent only with tools (both APIs refuse them
 without); a ``tool_choice`` that demands a tool when there is none is a ``ConfigurationError``.
 """
@@ -32,16 +37,20 @@ from ._types import ModelRequest, OutputFormat
 __all__ = [
     "ANTHROPIC_SETTINGS",
     "OPENAI_SETTINGS",
+    "RESPONSES_SETTINGS",
     "anthropic_accepts",
     "anthropic_fields",
     "anthropic_output_format",
     "openai_fields",
     "openai_response_format",
+    "responses_fields",
+    "responses_text_format",
     "settings_extra",
 ]
 
 OPENAI_SETTINGS = ALL_SETTINGS
 ANTHROPIC_SETTINGS = ALL_SETTINGS - {"seed"}
+RESPONSES_SETTINGS = ALL_SETTINGS - {"seed", "stop"}
 
 
 def _check(settings: ModelSettings, supported: frozenset[str], provider: str) -> None:
@@ -90,6 +99,28 @@ def openai_fields(request: ModelRequest, provider: str) -> dict[str, Any]:
         forced = settings.forced_tool
         out["tool_choice"] = (
             choice if forced is None else {"type": "function", "function": {"name": forced}}
+        )
+    if settings.parallel_tool_calls is not None and has_tools:
+        out["parallel_tool_calls"] = settings.parallel_tool_calls
+    return out
+
+
+def responses_fields(request: ModelRequest, provider: str) -> dict[str, Any]:
+    """The Responses API body fields for ``request.settings`` (before the extras)."""
+    settings = request.settings
+    if settings is None:
+        return {}
+    _check(settings, RESPONSES_SETTINGS, provider)
+    out: dict[str, Any] = {}
+    if request.temperature is None and settings.temperature is not None:
+        out["temperature"] = settings.temperature
+    if settings.top_p is not None:
+        out["top_p"] = settings.top_p
+    has_tools = bool(request.tools or request.hosted_tools)
+    if _forced(settings, has_tools):
+        forced = settings.forced_tool
+        out["tool_choice"] = (
+            settings.tool_choice if forced is None else {"type": "function", "name": forced}
         )
     if settings.parallel_tool_calls is not None and has_tools:
         out["parallel_tool_calls"] = settings.parallel_tool_calls
@@ -163,13 +194,24 @@ def _anthropic_format(output: OutputFormat) -> dict[str, Any]:
     return {"type": "json_schema", "schema": schema}
 
 
+def _responses_format(output: OutputFormat) -> dict[str, Any]:
+    return {"type": "json_schema", **_openai_format(output)["json_schema"]}
+
+
 _OPENAI_FORMATS = FormatCache(_openai_format)
+_RESPONSES_FORMATS = FormatCache(_responses_format)
 _ANTHROPIC_FORMATS = FormatCache(_anthropic_format)
 
 
 def openai_response_format(output: OutputFormat) -> dict[str, Any]:
     """The ``response_format`` for ``output`` (made once per ``OutputFormat`` object)."""
     value: dict[str, Any] = _OPENAI_FORMATS.get(output)
+    return value
+
+
+def responses_text_format(output: OutputFormat) -> dict[str, Any]:
+    """The Responses API ``text.format`` for ``output`` (made once per ``OutputFormat``)."""
+    value: dict[str, Any] = _RESPONSES_FORMATS.get(output)
     return value
 
 

@@ -16,8 +16,10 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_MODELS", "VENDORS", "from_env", "resolve_provider"]
 
-VENDORS = ("anthropic", "openai", "openrouter", "vllm", "ollama")
-"""The vendor prefixes of model strings and the values of ``LLM_PROVIDER``."""
+VENDORS = ("anthropic", "openai", "openai-chat", "openrouter", "vllm", "ollama")
+"""The vendor prefixes of model strings and the values of ``LLM_PROVIDER``: ``openai`` is
+OpenAI's Responses API, ``openai-chat`` its Chat Completions API (as every OpenAI-compatible
+preset)."""
 
 _ANTHROPIC_URL = "https://api.anthropic.com"
 _OPENAI_URL = "https://api.openai.com/v1"
@@ -26,7 +28,10 @@ _OPENAI_URL = "https://api.openai.com/v1"
 def resolve_provider(spec: str, **options: Any) -> Provider:
     """Build a provider from a ``"vendor:model"`` string.
 
-    ``vendor`` is one of ``anthropic``, ``openai``, ``openrouter``, ``vllm`` and ``ollama``;
+    ``vendor`` is one of ``anthropic``, ``openai`` (the Responses API:
+    :class:`~fanloop.providers.openai.OpenAIResponsesProvider`), ``openai-chat`` (Chat
+    Completions: :class:`~fanloop.providers.openai.OpenAIProvider`), ``openrouter``, ``vllm``
+    and ``ollama`` (Chat Completions);
     everything after the first colon is the model name (``"openrouter:meta-llama/llama-3:free"``
     is the model ``meta-llama/llama-3:free``). ``options`` go to the provider's constructor
     (``api_key``, ``base_url``, ``http_client``, ``timeout``...).
@@ -53,9 +58,11 @@ def resolve_provider(spec: str, **options: Any) -> Provider:
         raise ConfigurationError(
             f"unknown provider {vendor!r} in {spec!r}; expected one of {', '.join(VENDORS)}"
         )
-    from .openai import OpenAIProvider
+    from .openai import OpenAIProvider, OpenAIResponsesProvider
 
     if vendor == "openai":
+        return OpenAIResponsesProvider(model, **options)
+    if vendor == "openai-chat":
         return OpenAIProvider(model, **options)
     if vendor == "openrouter":
         return OpenAIProvider.openrouter(model, **options)
@@ -74,6 +81,7 @@ def _require(env: Mapping[str, str], name: str, why: str) -> str:
 DEFAULT_MODELS: dict[str, str] = {
     "anthropic": "claude-sonnet-4-5",
     "openai": "gpt-4.1",
+    "openai-chat": "gpt-4.1",
     "openrouter": "anthropic/claude-sonnet-4.5",
 }
 """The model ``from_env`` uses when ``LLM_MODEL`` is not set (vLLM and Ollama serve whatever
@@ -85,12 +93,13 @@ def from_env(environ: Mapping[str, str] | None = None, **options: Any) -> Provid
 
     Variables:
 
-    - ``LLM_PROVIDER``: ``anthropic``, ``openai``, ``openrouter``, ``vllm`` or ``ollama``;
+    - ``LLM_PROVIDER``: ``anthropic``, ``openai`` (the Responses API), ``openai-chat`` (Chat
+      Completions), ``openrouter``, ``vllm`` or ``ollama``;
     - ``LLM_MODEL``: the model name (default: ``DEFAULT_MODELS[vendor]``, for the vendors that
-      have one: anthropic ``claude-sonnet-4-5``, openai ``gpt-4.1``, openrouter
-      ``anthropic/claude-sonnet-4.5``);
+      have one: anthropic ``claude-sonnet-4-5``, openai and openai-chat ``gpt-4.1``,
+      openrouter ``anthropic/claude-sonnet-4.5``);
     - ``ANTHROPIC_API_KEY`` / ``OPENAI_API_KEY`` / ``OPENROUTER_API_KEY``: required for those
-      vendors (``VLLM_API_KEY`` is optional);
+      vendors (``openai-chat`` reads ``OPENAI_API_KEY`` too; ``VLLM_API_KEY`` is optional);
     - ``ANTHROPIC_BASE_URL``, ``OPENAI_BASE_URL``, ``OPENROUTER_BASE_URL``, ``VLLM_BASE_URL``,
       ``OLLAMA_BASE_URL``: optional endpoints (OpenAI-style ones end in ``/v1``).
 
@@ -98,9 +107,9 @@ def from_env(environ: Mapping[str, str] | None = None, **options: Any) -> Provid
     provider's constructor, e.g. ``http_client=`` for a shared pool.
 
     Example:
-        >>> env = {"LLM_PROVIDER": "openai", "LLM_MODEL": "gpt-4.1", "OPENAI_API_KEY": "sk-x"}
-        >>> from_env(env).model
-        'gpt-4.1'
+        >>> env = {"LLM_PROVIDER": "openai", "LLM_MODEL": "gpt-5", "OPENAI_API_KEY": "sk-x"}
+        >>> type(from_env(env)).__name__
+        'OpenAIResponsesProvider'
 
     Raises:
         ConfigurationError: a required variable is missing or invalid; the message names it.
@@ -119,6 +128,7 @@ def from_env(environ: Mapping[str, str] | None = None, **options: Any) -> Provid
     key_variable = {
         "anthropic": "ANTHROPIC_API_KEY",
         "openai": "OPENAI_API_KEY",
+        "openai-chat": "OPENAI_API_KEY",
         "openrouter": "OPENROUTER_API_KEY",
         "vllm": "VLLM_API_KEY",
     }.get(vendor)
@@ -126,8 +136,8 @@ def from_env(environ: Mapping[str, str] | None = None, **options: Any) -> Provid
     if vendor == "anthropic":
         options.setdefault("api_key", _require(env, "ANTHROPIC_API_KEY", "needed for anthropic"))
         options.setdefault("base_url", env.get("ANTHROPIC_BASE_URL") or _ANTHROPIC_URL)
-    elif vendor == "openai":
-        options.setdefault("api_key", _require(env, "OPENAI_API_KEY", "needed for openai"))
+    elif vendor == "openai" or vendor == "openai-chat":
+        options.setdefault("api_key", _require(env, "OPENAI_API_KEY", f"needed for {vendor}"))
         options.setdefault("base_url", env.get("OPENAI_BASE_URL") or _OPENAI_URL)
     elif vendor == "openrouter":
         options.setdefault("api_key", _require(env, "OPENROUTER_API_KEY", "needed for openrouter"))

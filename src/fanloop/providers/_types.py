@@ -40,6 +40,10 @@ class StopReason(StrEnum):
 class Usage(BaseModel):
     """Token counts. ``input_tokens`` excludes cache reads and writes.
 
+    ``reasoning_tokens`` is the part of ``output_tokens`` the model spent reasoning (OpenAI's
+    ``output_tokens_details.reasoning_tokens``); it is already counted (and priced) in
+    ``output_tokens``, never added to it.
+
     Every count is a non-negative integer: a negative one (which would refund a budget) is a
     ``pydantic.ValidationError`` (a ``ValueError``). The providers check what a server
     reports before it gets here (:class:`~fanloop.errors.ResponseInvalid` otherwise).
@@ -50,6 +54,7 @@ class Usage(BaseModel):
     output_tokens: int = Field(default=0, ge=0)
     cache_read_tokens: int = Field(default=0, ge=0)
     cache_write_tokens: int = Field(default=0, ge=0)
+    reasoning_tokens: int = Field(default=0, ge=0)
 
     def __add__(self, other: Usage) -> Usage:
         return _build(
@@ -59,6 +64,7 @@ class Usage(BaseModel):
                 "output_tokens": self.output_tokens + other.output_tokens,
                 "cache_read_tokens": self.cache_read_tokens + other.cache_read_tokens,
                 "cache_write_tokens": self.cache_write_tokens + other.cache_write_tokens,
+                "reasoning_tokens": self.reasoning_tokens + other.reasoning_tokens,
             },
         )
 

@@ -1,4 +1,6 @@
-"""The OpenAI Chat Completions provider.
+"""The OpenAI providers: Chat Completions (:class:`OpenAIProvider`, and every
+OpenAI-compatible server) and the Responses API (:class:`OpenAIResponsesProvider`, OpenAI's
+own endpoint; its wire lives in ``_responses.py``).
 
 ::
 
@@ -70,7 +72,7 @@ if TYPE_CHECKING:
 
     from ..pacing import Pacer
 
-__all__ = ["OpenAIProvider"]
+__all__ = ["OpenAIProvider", "OpenAIResponsesProvider"]
 
 _FINISH_REASONS: dict[str, StopReason] = {
     "stop": StopReason.END_TURN,
@@ -836,3 +838,6 @@ class _StreamParser:
             self._model,
             self._request_id,
         )
+
+
+from ._responses import OpenAIResponsesProvider  # noqa: E402  (its wire is its own module)

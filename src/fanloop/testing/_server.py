@@ -1,4 +1,5 @@
-"""FakeLLMServer: a real HTTP server that speaks the Anthropic and OpenAI wire formats.
+"""FakeLLMServer: a real HTTP server that speaks the Anthropic and OpenAI wire formats
+(Messages, Chat Completions and the Responses API).
 
 It runs its own asyncio event loop in a background thread, so a test on any event loop (or
 plain synchronous code) can talk to it with the real SDK clients. Standard library only.
@@ -31,12 +32,13 @@ from typing import Any, Literal, TypeAlias
 
 from ..messages import INVALID_ARGUMENTS_KEY, TextPart, ThinkingPart, ToolCallPart
 from ..providers._types import ModelResponse, StopReason, Usage
+from . import _responses
 from ._faults import Hostile, RateLimit, RateLimitLog, play
 from ._script import Fault, reply
 
 __all__ = ["FakeLLMServer", "RecordedRequest", "ServerTurn"]
 
-API: TypeAlias = Literal["anthropic", "openai"]
+API: TypeAlias = Literal["anthropic", "openai", "responses"]
 
 ServerTurn: TypeAlias = "ModelResponse | str | Fault | Hostile | Callable[[dict[str, Any]], Any]"
 """What answers one request: a :func:`~fanloop.testing.reply`, a plain text answer, a
@@ -115,7 +117,8 @@ class RecordedRequest:
     """A request the server received.
 
     Attributes:
-        api: ``"anthropic"`` or ``"openai"`` (``""`` for an unknown path).
+        api: ``"anthropic"``, ``"openai"`` (Chat Completions) or ``"responses"`` (``""`` for
+            an unknown path).
         method: the HTTP method.
         path: the request path, e.g. ``"/v1/messages"``.
         headers: the request headers, names lower-cased.
@@ -144,14 +147,26 @@ class RecordedRequest:
         return messages if isinstance(messages, list) else []
 
     @property
+    def input(self) -> list[Any]:
+        """The ``input`` items of a Responses API body (a string input is one user message)."""
+        items = self.body.get("input") if isinstance(self.body, dict) else None
+        if isinstance(items, str):
+            return [{"role": "user", "content": items}]
+        return items if isinstance(items, list) else []
+
+    @property
     def output_schema(self) -> dict[str, Any] | None:
         """The JSON schema the client asked the answer to follow, if it asked: OpenAI's
-        ``response_format.json_schema.schema`` or Anthropic's ``output_config.format.schema``.
+        ``response_format.json_schema.schema`` (Responses: ``text.format.schema``) or
+        Anthropic's ``output_config.format.schema``.
         (The server does not enforce it: a scripted answer is sent as scripted.)"""
         body = self.body if isinstance(self.body, dict) else {}
         holder = body.get("response_format")
+        text = body.get("text")
         if isinstance(holder, dict):
             holder = holder.get("json_schema")
+        elif isinstance(text, dict) and isinstance(text.get("format"), dict):
+            holder = text["format"]
         else:
             holder = body.get("output_config")
             holder = holder.get("format") if isinstance(holder, dict) else None
@@ -182,9 +197,12 @@ class _Frames:
 
 
 class FakeLLMServer:
-    """A scripted HTTP server for the Anthropic Messages and OpenAI Chat Completions APIs.
+    """A scripted HTTP server for the Anthropic Messages, OpenAI Chat Completions and OpenAI
+    Responses APIs.
 
-    It serves ``POST /v1/messages`` and ``POST /v1/chat/completions``, streamed and not,
+    It serves ``POST /v1/messages``, ``POST /v1/chat/completions`` and ``POST /v1/responses``
+    (reasoning items with summaries and an opaque ``encrypted_content``, function calls,
+    ``response.incomplete`` for a ``MAX_TOKENS`` turn), streamed and not,
     over HTTP/1.1 with keep-alive, on ``127.0.0.1`` and an ephemeral port. It accepts an API
     key as ``Authorization: Bearer`` or ``x-api-key`` (any key, unless ``api_key`` is set).
 
@@ -258,6 +276,7 @@ class FakeLLMServer:
             None: deque(script),
             "anthropic": deque(),
             "openai": deque(),
+            "responses": deque(),
         }
         self._ids = itertools.count(1)
         self._thread: threading.Thread | None = None
@@ -270,7 +289,8 @@ class FakeLLMServer:
     # -- script -----------------------------------------------------------------------------
 
     def add(self, *turns: ServerTurn, api: API | None = None) -> None:
-        """Queue turns: for any API (the default) or only for ``"anthropic"`` / ``"openai"``."""
+        """Queue turns: for any API (the default) or only for ``"anthropic"``, ``"openai"``
+        (Chat Completions) or ``"responses"``."""
         self._queues[api].extend(turns)
 
     @property
@@ -463,6 +483,8 @@ class FakeLLMServer:
             api = "anthropic"
         elif path.endswith("/chat/completions"):
             api = "openai"
+        elif path.endswith("/v1/responses"):
+            api = "responses"
         else:
             api = ""
         try:
@@ -517,6 +539,16 @@ class FakeLLMServer:
             await asyncio.sleep(self.latency)
         fault: Fault | None = None
         if isinstance(turn, Hostile):
+            if api == "responses" and not _raw_hostile(turn):
+                await self._send_error(
+                    writer,
+                    api,
+                    400,
+                    None,
+                    "on the Responses API, Hostile plays raw bodies, errors and keep-alives only",
+                    request_id,
+                )
+                return True
             stream = body.get("stream") is True
             model = str(body.get("model") or "fake-model")
             return await play(self, turn, writer, api, model, request_id, stream)
@@ -547,8 +579,8 @@ class FakeLLMServer:
             response = turn
         model = str(body.get("model") or "fake-model")
         if body.get("stream") is True:
-            return await self._send_stream(writer, api, response, model, request_id, fault)
-        return await self._send_json(writer, api, response, model, request_id, fault)
+            return await self._send_stream(writer, api, response, model, request_id, fault, body)
+        return await self._send_json(writer, api, response, model, request_id, fault, body)
 
     async def _next_turn(
         self, api: str, body: dict[str, Any]
@@ -602,7 +634,7 @@ class FakeLLMServer:
             extra += f"retry-after: {_number(retry_after)}\r\n"
         if retry_after_ms is not None:
             extra += f"retry-after-ms: {_number(retry_after_ms)}\r\n"
-        if api == "openai":
+        if api == "openai" or api == "responses":
             etype = error_type or _OPENAI_ERRORS.get(
                 status, "server_error" if status >= 500 else "invalid_request_error"
             )
@@ -632,6 +664,7 @@ class FakeLLMServer:
         model: str,
         request_id: str,
         fault: Fault | None,
+        body: dict[str, Any] | None = None,
     ) -> bool:
         if fault is not None and fault.error_in_stream:
             etype = fault.error_type or "overloaded_error"
@@ -640,6 +673,8 @@ class FakeLLMServer:
             return True
         if api == "anthropic":
             payload = _anthropic_message(response, model, request_id)
+        elif api == "responses":
+            payload = _responses.response_object(response, model, request_id, body or {})
         else:
             payload = _openai_completion(response, model, request_id)
         data = _dumps(payload).encode()
@@ -662,9 +697,15 @@ class FakeLLMServer:
         model: str,
         request_id: str,
         fault: Fault | None,
+        body: dict[str, Any] | None = None,
     ) -> bool:
         if api == "anthropic":
             rendered = _anthropic_events(response, model, request_id, self.chars_per_delta)
+        elif api == "responses":
+            rendered = _Frames()
+            _responses.response_events(
+                rendered, response, model, request_id, body or {}, self.chars_per_delta
+            )
         else:
             rendered = _openai_chunks(response, model, request_id, self.chars_per_delta)
         frames = rendered.frames
@@ -700,6 +741,13 @@ class FakeLLMServer:
         write(b"0\r\n\r\n")
         await writer.drain()
         return True
+
+
+def _raw_hostile(hostile: Hostile) -> bool:
+    """Whether ``hostile`` plays the same on every wire (nothing of a turn rendered)."""
+    return hostile.mode in ("raw", "raw_http", "error") or (
+        hostile.mode == "keepalive" and hostile.turn is None
+    )
 
 
 def _number(value: float) -> str:
@@ -988,6 +1036,8 @@ def _openai_chunks(response: ModelResponse, model: str, request_id: str, size: i
 
 
 def _error_frame(api: str, error_type: str, message: str) -> bytes:
+    if api == "responses":
+        return _responses.error_frame(error_type, message)
     if api == "anthropic":
         return _sse("error", {"type": "error", "error": {"type": error_type, "message": message}})
     payload = {"error": {"message": message, "type": error_type, "param": None, "code": None}}
