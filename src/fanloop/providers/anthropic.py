@@ -746,7 +746,7 @@ class _StreamParser:
         obj = _load_frame(data)
         # A surrogate escape (rare): the delta's text goes through its block's joiner, every
         # other string of the event is made valid as it is.
-        odd = may_escape_surrogates(data)
+        odd = 92 in data and may_escape_surrogates(data)  # 92: a backslash
         kind = obj.get("type")  # AttributeError (malformed) unless a JSON object
         if kind == "content_block_delta":
             delta = obj["delta"]

@@ -729,14 +729,15 @@ class _StreamParser:
             self.done = True
             return self._flush() if self._held else None
         obj = _load_frame(data)
-        if may_escape_surrogates(data):
-            return self._odd(obj, len(data))
-        return self._feed(obj, len(data), False)
-
-    def _feed(self, obj: Any, size: int, odd: bool) -> tuple[StreamDelta, ...] | StreamDelta | None:
+        # A surrogate escape (rare): the pieces of text go through the joiners; the other
+        # strings kept (id, model, finish reason, tool names) are made valid where read.
+        odd = 92 in data and may_escape_surrogates(data)  # 92: a backslash
         if obj.get("error"):  # AttributeError (malformed) unless a JSON object
             raise stream_error(
-                obj, provider=self._provider.name, request_id=self._request_id, size=size
+                scrub_json(obj) if odd else obj,
+                provider=self._provider.name,
+                request_id=self._request_id,
+                size=len(data),
             )
         if self._id is None:
             self._id = obj.get("id")
@@ -782,21 +783,6 @@ class _StreamParser:
         if tool_calls:
             self._tool_calls(tool_calls, out, odd)
         return tuple(out)
-
-    def _odd(self, obj: Any, size: int) -> tuple[StreamDelta, ...] | StreamDelta | None:
-        """An event holding a surrogate escape (rare): its pieces of text go through the
-        joiners; its other strings are made valid as they are."""
-        if type(obj) is not dict:
-            raise Malformed("a stream event is not a JSON object")
-        choices = obj.get("choices")
-        clean = scrub_json({k: v for k, v in obj.items() if k != "choices"})
-        if type(choices) is list and choices and type(choices[0]) is dict:
-            choice = dict(choices[0])
-            choice["finish_reason"] = scrub_json(choice.get("finish_reason"))
-            clean["choices"] = [choice]
-        elif choices is not None:
-            clean["choices"] = scrub_json(choices)
-        return self._feed(clean, size, True)
 
     def _join(self, which: int, text: str) -> str:
         joiner = self._joiners[which]
