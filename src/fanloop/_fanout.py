@@ -387,7 +387,7 @@ async def _replay(
     from ._resume import receipt_matches, receipt_result
 
     call = item.call
-    if not receipt_matches(call, receipt):
+    if not await receipt_matches(call, receipt):
         from ._result import TerminationReason
 
         refused = ToolResultPart(
