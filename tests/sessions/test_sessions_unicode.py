@@ -199,3 +199,12 @@ async def test_a_run_whose_scripted_model_sends_lone_surrogates_completes(
     assert result.messages == session.messages
     assert all_valid(session.messages)
     assert (await (await reopen()).load("scripted")).messages == session.messages
+
+
+async def test_without_a_session_the_run_holds_the_same_valid_text() -> None:
+    provider = ScriptedProvider([reply(tool_calls=[call("lookup", q=f"{HIGH}")]), f"end{LOW}"])
+    result = await Agent(provider, tools=[lookup]).run(f"go{HIGH}")
+    assert result.termination_reason is TerminationReason.COMPLETED
+    assert all_valid(result.messages)
+    assert result.messages[0].text == f"go{FFFD}"
+    assert result.messages[2].content[0].content == f"found {FFFD} {FFFD} and a pair {EMOJI}"
