@@ -135,6 +135,7 @@ async def compact(run: RunState) -> bool:
     kept = [Message.user(SUMMARY_HEADER + summary), *messages[cut:]]
     if run.session is not None:
         await run.session.replace(kept)
+        kept = list(run.session.messages)  # as stored (valid Unicode: docs/sessions.md)
     run.messages[:] = kept
     run.new_message_index = max(0, run.new_message_index - (cut - 1))
     run.context_tokens = 0

@@ -35,6 +35,7 @@ import anyio
 from ._approvals import DEFER, Parked
 from ._log import logger
 from ._run import CLEANUP_GRACE
+from ._unicode import WINDOW, scrub
 from .errors import ConfigurationError, ModelRetry, ToolError
 from .events import (
     ApprovalRequested,
@@ -390,7 +391,7 @@ async def _replay(
     from ._resume import receipt_matches, receipt_result
 
     call = item.call
-    if not receipt_matches(call, receipt):
+    if not await receipt_matches(call, receipt):
         from ._result import TerminationReason
 
         refused = ToolResultPart(
@@ -539,6 +540,11 @@ async def _execute(
             f"{content[:cap]}\n[... output truncated: {len(content) - cap} more characters "
             f"not shown (limit {cap})]"
         )
+    # What a tool returns enters the conversation as valid Unicode (docs/sessions.md).
+    if len(content) <= WINDOW:
+        content = scrub(content)
+    else:
+        content = await anyio.to_thread.run_sync(scrub, content)
     part = _build(
         ToolResultPart,
         {

@@ -18,14 +18,15 @@ INTERRUPTED = (
 )
 
 
-def receipt_matches(call: ToolCallPart, receipt: Any) -> bool:
+async def receipt_matches(call: ToolCallPart, receipt: Any) -> bool:
     """Whether ``receipt`` was written for this very call: same id, tool and arguments."""
-    from .sessions._models import arguments_hash
+    from ._unicode import scrub
+    from .sessions._codec import hash_arguments
 
-    if receipt.call_id != call.id or receipt.tool != call.name:
+    if receipt.call_id != call.id or receipt.tool != scrub(call.name):
         return False
     try:
-        return bool(receipt.arguments_hash == arguments_hash(call.arguments))
+        return bool(receipt.arguments_hash == await hash_arguments(call.arguments))
     except (TypeError, ValueError):
         return False
 
@@ -70,7 +71,7 @@ async def repair(run: RunState) -> RunResult | None:
     results: list[ToolResultPart] = []
     for call in calls:
         receipt = await session.effect(call.id) if session is not None else None
-        if receipt is None or not receipt_matches(call, receipt):
+        if receipt is None or not await receipt_matches(call, receipt):
             results.append(ToolResultPart(call_id=call.id, content=INTERRUPTED, is_error=True))
             continue
         part = receipt_result(call, receipt)

@@ -10,6 +10,7 @@ import anyio
 from ._dispatch import Emitter
 from ._ids import new_id
 from ._result import RunResult, TerminationReason
+from ._unicode import valid_models
 from .catalog import cost_of
 from .events import (
     BudgetWarning,
@@ -138,7 +139,9 @@ class RunState:
     # -- conversation ----------------------------------------------------------------------
 
     async def append(self, message: Message) -> None:
-        """Add a message to the conversation, persist it, and announce it."""
+        """Add a message to the conversation (its text made valid Unicode, as a session
+        stores it: docs/sessions.md), persist it, and announce it."""
+        (message,) = await valid_models((message,))
         if self.session is not None:
             await self.session.append(message)
         self.messages.append(message)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import httpx2
 
+from .._unicode import Joiner, may_escape_surrogates, scrub, scrub_json
 from ..errors import ConfigurationError, ResponseInvalid, StreamIncomplete
 from ..events import StreamDelta, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallStarted
 from ..messages import (
@@ -71,7 +72,7 @@ from ._wire import (
     read_str,
     short,
 )
-from ._wire import loads as _loads
+from ._wire import load_frame as _load_frame
 
 if TYPE_CHECKING:
     import anthropic
@@ -592,10 +593,10 @@ def _usage(raw: Any) -> Usage:
 
 
 def _stop_reason(raw: Any) -> str | None:
-    if raw is None or (type(raw) is str and len(raw) <= 256):
+    if raw is None:
         return raw
     if type(raw) is str:
-        return raw[:256]
+        return scrub(raw if len(raw) <= 256 else raw[:256])
     raise Malformed("stop_reason is not a string")
 
 
@@ -634,9 +635,14 @@ def _response(
 
 
 class _Block:
-    """One content block being streamed."""
+    """One content block being streamed.
 
-    __slots__ = ("chunks", "citations", "id", "index", "signature", "start", "type")
+    Its text, thinking or input JSON arrives in pieces, made valid Unicode as they come:
+    ``joiner`` holds back a high surrogate that ends one piece for the low half that may
+    start the next (see :mod:`fanloop._unicode`).
+    """
+
+    __slots__ = ("chunks", "citations", "id", "index", "joiner", "signature", "start", "type")
 
     def __init__(self, index: int, start: dict[str, Any]) -> None:
         kind = start.get("type")
@@ -648,14 +654,31 @@ class _Block:
         self.chunks: list[str] = []
         self.signature: list[str] = []
         self.citations: list[Any] = []
+        self.joiner = Joiner()
         self.id = ""
         if kind == "tool_use":
             # Checked now: the id and name go out in ToolCallStarted before the block ends.
             self.id = start["id"] = read_call_id(start.get("id"))
             start["name"] = read_name(start.get("name"), "tool_use name")
 
+    def flush(self) -> StreamDelta | None:
+        """The delta for a lone high surrogate still held back when the block ends (U+FFFD),
+        if there is one."""
+        rest = self.joiner.flush()
+        if not rest:
+            return None
+        self.chunks.append(rest)
+        if self.type == "text":
+            return TextDelta(rest)
+        if self.type == "thinking":
+            return ThinkingDelta(rest)
+        if self.type == "tool_use":
+            return ToolCallDelta(self.id, rest, self.index)
+        return None
+
     def finish(self) -> dict[str, Any]:
         """The block's complete wire form."""
+        self.flush()
         kind = self.type
         start = self.start
         if kind == "text":
@@ -717,10 +740,13 @@ class _StreamParser:
         self._model: Any = None
         self.done = False
 
-    def feed(self, event: bytes, data: bytes) -> StreamDelta | None:
+    def feed(self, event: bytes, data: bytes) -> tuple[StreamDelta, ...] | StreamDelta | None:
         if event == b"ping":
             return None
-        obj = _loads(data)
+        obj = _load_frame(data)
+        # A surrogate escape (rare): the delta's text goes through its block's joiner, every
+        # other string of the event is made valid as it is.
+        odd = 92 in data and may_escape_surrogates(data)  # 92: a backslash
         kind = obj.get("type")  # AttributeError (malformed) unless a JSON object
         if kind == "content_block_delta":
             delta = obj["delta"]
@@ -736,12 +762,16 @@ class _StreamParser:
                 text = delta["text"]
                 if type(text) is not str or block.type != "text":
                     raise Malformed("a text_delta that is not text, or not in a text block")
+                if odd or block.joiner.held:
+                    text = block.joiner.push(text)
                 block.chunks.append(text)
                 return TextDelta(text)
             if dtype == "input_json_delta":
                 fragment = delta["partial_json"]
                 if type(fragment) is not str or block.type not in _INPUT_BLOCKS:
                     raise Malformed("an input_json_delta that is not text, or not in a tool block")
+                if odd or block.joiner.held:
+                    fragment = block.joiner.push(fragment)
                 block.chunks.append(fragment)
                 if fragment and block.type == "tool_use":
                     return ToolCallDelta(block.id, fragment, block.index)
@@ -750,6 +780,8 @@ class _StreamParser:
                 text = delta["thinking"]
                 if type(text) is not str or block.type != "thinking":
                     raise Malformed("a thinking_delta that is not text, or not in a thinking block")
+                if odd or block.joiner.held:
+                    text = block.joiner.push(text)
                 block.chunks.append(text)
                 return ThinkingDelta(text)
             if dtype == "signature_delta":
@@ -758,13 +790,23 @@ class _StreamParser:
                     raise Malformed(
                         "a signature_delta that is not text, or not in a thinking block"
                     )
+                if odd:
+                    signature = scrub(signature)
                 block.signature.append(signature)
                 return ThinkingDelta("", signature=signature)
             if dtype == "citations_delta":
                 if block.type != "text":
                     raise Malformed("a citations_delta outside a text block")
-                block.citations.append(delta.get("citation"))
+                block.citations.append(
+                    scrub_json(delta.get("citation")) if odd else delta.get("citation")
+                )
             return None
+        if odd:
+            obj = scrub_json(obj)
+        if kind == "content_block_stop":
+            index = obj.get("index")
+            block = self._blocks.get(index) if type(index) is int else None
+            return None if block is None else block.flush()
         if kind == "content_block_start":
             index = obj["index"]
             start = obj["content_block"]
@@ -805,7 +847,8 @@ class _StreamParser:
             return None
         if kind == "message_stop":
             self.done = True
-            return None
+            held = [block.flush() for block in self._blocks.values() if block.joiner.held]
+            return tuple(delta for delta in held if delta is not None) or None
         if kind == "error" or event == b"error":
             raise stream_error(
                 obj, provider=self._provider.name, request_id=self._request_id, size=len(data)

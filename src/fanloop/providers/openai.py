@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import httpx2
 
+from .._unicode import Joiner, may_escape_surrogates, scrub, scrub_json
 from ..errors import ConfigurationError, ResponseInvalid, StreamIncomplete
 from ..events import StreamDelta, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallStarted
 from ..messages import (
@@ -65,7 +66,7 @@ from ._wire import (
     read_str,
     short,
 )
-from ._wire import loads as _loads
+from ._wire import load_frame as _load_frame
 
 if TYPE_CHECKING:
     import openai
@@ -601,10 +602,10 @@ def _reasoning(holder: dict[str, Any]) -> str:
 
 
 def _finish(raw: Any) -> str | None:
-    if raw is None or (type(raw) is str and len(raw) <= 256):
+    if raw is None:
         return raw
     if type(raw) is str:
-        return raw[:256]
+        return scrub(raw if len(raw) <= 256 else raw[:256])
     raise Malformed("finish_reason is not a string")
 
 
@@ -672,12 +673,13 @@ def _response(
 
 
 class _Call:
-    __slots__ = ("chunks", "id", "name", "started")
+    __slots__ = ("chunks", "id", "joiner", "name", "started")
 
     def __init__(self) -> None:
         self.id = ""
         self.name = ""
         self.chunks: list[str] = []
+        self.joiner = Joiner()
         self.started = False
 
 
@@ -690,7 +692,9 @@ class _StreamParser:
     __slots__ = (
         "_calls",
         "_finish",
+        "_held",
         "_id",
+        "_joiners",
         "_last",
         "_max_calls",
         "_model",
@@ -710,6 +714,10 @@ class _StreamParser:
         self._text: list[str] = []
         self._reasoning: list[str] = []
         self._refusal: list[str] = []
+        # Text, reasoning and refusal pieces made valid Unicode as they come (a high surrogate
+        # ending one piece waits for the low half that may start the next: _unicode.Joiner).
+        self._joiners = (Joiner(), Joiner(), Joiner())
+        self._held = False  # whether any joiner holds something back
         self._calls: dict[int, _Call] = {}
         self._finish: Any = None
         self._usage: Any = None
@@ -721,11 +729,17 @@ class _StreamParser:
     def feed(self, event: bytes, data: bytes) -> tuple[StreamDelta, ...] | StreamDelta | None:
         if data == b"[DONE]":
             self.done = True
-            return None
-        obj = _loads(data)
+            return self._flush() if self._held else None
+        obj = _load_frame(data)
+        # A surrogate escape (rare): the pieces of text go through the joiners; the other
+        # strings kept (id, model, finish reason, tool names) are made valid where read.
+        odd = 92 in data and may_escape_surrogates(data)  # 92: a backslash
         if obj.get("error"):  # AttributeError (malformed) unless a JSON object
             raise stream_error(
-                obj, provider=self._provider.name, request_id=self._request_id, size=len(data)
+                scrub_json(obj) if odd else obj,
+                provider=self._provider.name,
+                request_id=self._request_id,
+                size=len(data),
             )
         if self._id is None:
             self._id = obj.get("id")
@@ -745,26 +759,61 @@ class _StreamParser:
             return None
         content = delta.get("content")
         tool_calls = delta.get("tool_calls")
-        if content and not tool_calls and type(content) is str:
+        if content and not tool_calls and type(content) is str and not (odd or self._held):
             self._text.append(content)
             return TextDelta(content)
         out: list[StreamDelta] = []
+        joiners = self._joiners
         if content:
             content = _content(content)
+            if odd or joiners[0].held:
+                content = self._join(0, content)
             self._text.append(content)
             out.append(TextDelta(content))
         reasoning = _reasoning(delta)
         if reasoning:
+            if odd or joiners[1].held:
+                reasoning = self._join(1, reasoning)
             self._reasoning.append(reasoning)
             out.append(ThinkingDelta(reasoning))
         refusal = delta.get("refusal")
         if refusal:
-            self._refusal.append(read_str(refusal, "refusal"))
+            refusal = read_str(refusal, "refusal")
+            if odd or joiners[2].held:
+                refusal = self._join(2, refusal)
+            self._refusal.append(refusal)
         if tool_calls:
-            self._tool_calls(tool_calls, out)
+            self._tool_calls(tool_calls, out, odd)
         return tuple(out)
 
-    def _tool_calls(self, fragments: list[Any], out: list[StreamDelta]) -> None:
+    def _join(self, which: int, text: str) -> str:
+        joiner = self._joiners[which]
+        text = joiner.push(text)
+        if joiner.held:
+            self._held = True
+        return text
+
+    def _flush(self) -> tuple[StreamDelta, ...]:
+        """The deltas of what the joiners still hold once the stream ends (U+FFFD each)."""
+        self._held = False
+        out: list[StreamDelta] = []
+        text, reasoning, refusal = self._joiners
+        if rest := text.flush():
+            self._text.append(rest)
+            out.append(TextDelta(rest))
+        if rest := reasoning.flush():
+            self._reasoning.append(rest)
+            out.append(ThinkingDelta(rest))
+        if rest := refusal.flush():
+            self._refusal.append(rest)
+        for index, call in sorted(self._calls.items()):
+            if rest := call.joiner.flush():
+                call.chunks.append(rest)
+                if call.started:
+                    out.append(ToolCallDelta(call.id, rest, index))
+        return tuple(out)
+
+    def _tool_calls(self, fragments: list[Any], out: list[StreamDelta], odd: bool) -> None:
         calls = self._calls
         for fragment in fragments:
             index = fragment.get("index")
@@ -788,7 +837,11 @@ class _StreamParser:
             arguments = function.get("arguments")
             if arguments:
                 if type(arguments) is not str:
-                    arguments = _arguments(arguments)
+                    arguments = _arguments(arguments)  # JSON text: made valid when parsed
+                elif odd or call.joiner.held:
+                    arguments = call.joiner.push(arguments)
+                    if call.joiner.held:
+                        self._held = True
                 call.chunks.append(arguments)
             if call.started:
                 if arguments:
@@ -822,6 +875,8 @@ class _StreamParser:
                 provider=self._provider.name,
                 request_id=self._request_id,
             )
+        if self._held:
+            self._flush()
         calls = [
             (call.id or new_call_id(), call.name, "".join(call.chunks))
             for _, call in sorted(self._calls.items())

@@ -8,7 +8,9 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._unicode import valid_models
 from ..messages import Message
+from ._codec import valid_receipt
 from ._errors import SessionConflict, SessionError, SessionNotFound
 from ._models import (
     Clock,
@@ -121,6 +123,7 @@ class MemoryStore:
         self, session_id: str, start: int, messages: Sequence[Message]
     ) -> None:
         """Store ``messages`` from index ``start`` (:class:`SessionConflict` if taken)."""
+        messages = await valid_models(messages)  # as the other stores keep them
         with self._lock:
             entry = self._get(session_id)
             if len(entry.messages) != start:
@@ -134,6 +137,7 @@ class MemoryStore:
 
     async def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:
         """Replace the whole history."""
+        messages = await valid_models(messages)
         with self._lock:
             entry = self._get(session_id)
             entry.messages = list(messages)
@@ -161,6 +165,7 @@ class MemoryStore:
 
     async def add_receipt(self, receipt: EffectReceipt) -> EffectReceipt:
         """Insert ``receipt`` unless its call id has one; return the stored receipt."""
+        receipt = await valid_receipt(receipt)
         with self._lock:
             receipts = self._get(receipt.session_id).receipts
             return receipts.setdefault(receipt.call_id, receipt)
@@ -169,6 +174,7 @@ class MemoryStore:
         self, receipt: EffectReceipt, *, expected: EffectStatus
     ) -> EffectReceipt | None:
         """Overwrite the stored receipt if its status is ``expected``; return the stored one."""
+        receipt = await valid_receipt(receipt)
         with self._lock:
             receipts = self._get(receipt.session_id).receipts
             current = receipts.get(receipt.call_id)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple
 
+from .._unicode import scrub_json
 from ..messages import Message, ToolResultPart
 
 __all__ = [
@@ -134,14 +135,19 @@ def arguments_hash(arguments: Mapping[str, Any]) -> str:
     """The SHA-256 of the canonical JSON form of tool-call arguments, as hex.
 
     Keys are sorted and no whitespace is used, so equal arguments give equal hashes whatever
-    their key order.
+    their key order. The text is made valid Unicode first, as a session stores it (lone
+    surrogates become U+FFFD), so a call read back from a session hashes the same.
 
     Example:
         >>> arguments_hash({"b": 1, "a": [1, 2]}) == arguments_hash({"a": [1, 2], "b": 1})
         True
     """
     canonical = json.dumps(
-        arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        scrub_json(arguments),
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
     )
     return hashlib.sha256(canonical.encode()).hexdigest()
 

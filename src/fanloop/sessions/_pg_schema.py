@@ -12,8 +12,11 @@ Layout (schema version 2, in the schema the store was given, ``fanloop`` by defa
 
 The tables carry a ``fanloop_`` prefix so that ``schema="public"`` cannot collide with an
 application's own ``sessions`` table. Messages and results are stored as ``json`` (not
-``jsonb``): the exact text ``model_dump_json()`` wrote, which ``jsonb`` would re-order and
-which may hold ``\\u0000`` (``jsonb`` refuses it). The metadata is the text ``json.dumps``
+``jsonb``): the exact text the store wrote (``model_dump_json()``, or the same JSON written a
+piece at a time for a large value), which ``jsonb`` would re-order and which may hold
+``\\u0000`` (``jsonb`` refuses it). That text travels as UTF-8 ``bytea`` in binary form
+(``convert_from`` / ``convert_to`` on the server), so the client never converts a large
+string in one call. The metadata is the text ``json.dumps``
 wrote, as in SQLite: it may hold ``NaN`` or ``Infinity`` (a model can put them in tool-call
 arguments that end up there), which the ``json`` type refuses.
 """
@@ -24,6 +27,8 @@ import hashlib
 import math
 import re
 from dataclasses import dataclass
+
+from ._pg_copy import PIECE, STAGED
 
 __all__ = [
     "MIGRATIONS",
@@ -87,8 +92,9 @@ SCHEMA_VERSION = len(MIGRATIONS)
 _SCHEMA = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _NOW = "extract(epoch FROM clock_timestamp())::double precision"
 _RECEIPT = (
-    "e.session_id, e.call_id, e.turn, e.tool, e.arguments_hash, e.status, e.result::text, "
-    "e.started_at, e.finished_at, e.resolution_note, e.attempt"
+    "e.session_id, e.call_id, e.turn, e.tool, e.arguments_hash, e.status, "
+    "convert_to(e.result::text, 'UTF8'), e.started_at, e.finished_at, e.resolution_note, "
+    "e.attempt"
 )
 
 
@@ -175,6 +181,11 @@ class Statements:
     get_receipt: str
     list_receipts: str
     list_receipts_with_status: str
+    # The same writes reading their JSON from the staging table (see _pg_copy.py).
+    append_staged: str
+    insert_staged: str
+    add_receipt_staged: str
+    update_receipt_staged: str
 
     @classmethod
     def build(cls, s: str) -> Statements:
@@ -186,28 +197,60 @@ class Statements:
         )
         insert_messages = (
             f"INSERT INTO {messages} (session_id, idx, role, json) "
-            "SELECT %(id)s, %(start)s::bigint + m.n - 1, m.role, m.json::json "
-            "FROM unnest(%(roles)s::text[], %(jsons)s::text[]) WITH ORDINALITY AS m(role, json, n)"
+            "SELECT %(id)s, %(start)s::bigint + m.n - 1, m.role, "
+            "convert_from(m.json, 'UTF8')::json "
+            "FROM unnest(%(roles)s::text[], %(jsons)b::bytea[]) WITH ORDINALITY AS m(role, json, n)"
+        )
+        insert_staged = (
+            f"INSERT INTO {messages} (session_id, idx, role, json) "
+            "SELECT %(id)s, %(start)s::bigint + m.n - 1, m.role, "
+            "convert_from(t.data, 'UTF8')::json "
+            "FROM unnest(%(roles)s::text[]) WITH ORDINALITY AS m(role, n) "
+            f"JOIN {STAGED} t ON t.n = m.n"
         )
         receipts = (
             f"SELECT {_RECEIPT} FROM {sessions} s LEFT JOIN {effects} e ON e.session_id = s.id"
         )
+        bump = (
+            f"WITH bumped AS (UPDATE {sessions} SET message_count = %(end)s, "
+            f"updated_at = {_NOW} WHERE id = %(id)s AND message_count = %(start)s "
+            "RETURNING id) "
+        )
+        add_receipt = (
+            f"INSERT INTO {effects} (session_id, call_id, turn, tool, arguments_hash, "
+            "status, result, started_at, finished_at, resolution_note, attempt) "
+            "VALUES (%s, %s, %s, %s, %s, %s, convert_from(%b::bytea, 'UTF8')::json, "
+            "%s, %s, %s, %s) "
+            "ON CONFLICT (session_id, call_id) DO NOTHING"
+        )
+        update_receipt = (
+            f"UPDATE {effects} SET turn = %s, tool = %s, arguments_hash = %s, status = %s, "
+            "result = convert_from(%b::bytea, 'UTF8')::json, started_at = %s, "
+            "finished_at = %s, resolution_note = %s, attempt = %s "
+            "WHERE session_id = %s AND call_id = %s AND status = %s"
+        )
+        result = "convert_from(%b::bytea, 'UTF8')::json"
+        staged_result = f"(SELECT convert_from(t.data, 'UTF8')::json FROM {STAGED} t WHERE t.n = 1)"
         return cls(
             open=(
                 f"INSERT INTO {sessions} (id, created_at, updated_at) "
                 f"VALUES (%s, {_NOW}, {_NOW}) ON CONFLICT (id) DO NOTHING"
             ),
+            # One statement (one snapshot): the session's row first (index -1), then each
+            # message's JSON in pieces of PIECE bytes (see _pg_copy.read_record).
             read=(
-                "SELECT s.created_at, s.updated_at, s.metadata, "
-                f"ARRAY(SELECT m.json::text FROM {messages} m WHERE m.session_id = s.id "
-                f"ORDER BY m.idx) FROM {sessions} s WHERE s.id = %s"
+                "COPY (WITH h AS (SELECT created_at, updated_at, metadata "
+                f"FROM {sessions} WHERE id = %(id)s), "
+                "m AS MATERIALIZED (SELECT idx, convert_to(json::text, 'UTF8') AS j "
+                f"FROM {messages} WHERE session_id = %(id)s) "
+                "SELECT -1::bigint, 0, h.created_at, h.updated_at, "
+                "convert_to(h.metadata, 'UTF8') FROM h "
+                f"UNION ALL SELECT m.idx, c.i, NULL, NULL, substring(m.j FROM c.i * {PIECE} + 1 "
+                f"FOR {PIECE}) FROM m, generate_series(0, greatest(length(m.j) - 1, 0) / {PIECE}) "
+                "AS c(i) ORDER BY 1, 2) TO STDOUT (FORMAT BINARY)"
             ),
             # One statement: the optimistic check and the rows, atomic without a BEGIN.
-            append=(
-                f"WITH bumped AS (UPDATE {sessions} SET message_count = %(end)s, "
-                f"updated_at = {_NOW} WHERE id = %(id)s AND message_count = %(start)s "
-                "RETURNING id) " + insert_messages.replace("FROM unnest", "FROM bumped, unnest")
-            ),
+            append=bump + insert_messages.replace("FROM unnest", "FROM bumped, unnest"),
             touch=(
                 f"UPDATE {sessions} SET updated_at = {_NOW} "
                 "WHERE id = %(id)s AND message_count = %(start)s"
@@ -231,22 +274,16 @@ class Statements:
                 f'FROM {sessions} s ORDER BY s.updated_at DESC, s.id COLLATE "C"'
             ),
             exists=f"SELECT 1 FROM {sessions} WHERE id = %s",
-            add_receipt=(
-                f"INSERT INTO {effects} (session_id, call_id, turn, tool, arguments_hash, "
-                "status, result, started_at, finished_at, resolution_note, attempt) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s::json, %s, %s, %s, %s) "
-                "ON CONFLICT (session_id, call_id) DO NOTHING"
-            ),
-            update_receipt=(
-                f"UPDATE {effects} SET turn = %s, tool = %s, arguments_hash = %s, status = %s, "
-                "result = %s::json, started_at = %s, finished_at = %s, resolution_note = %s, "
-                "attempt = %s "
-                "WHERE session_id = %s AND call_id = %s AND status = %s"
-            ),
+            add_receipt=add_receipt,
+            update_receipt=update_receipt,
             # One row (the receipt's columns, or NULLs) if the session exists, else none.
             get_receipt=receipts + " AND e.call_id = %s WHERE s.id = %s",
             list_receipts=receipts + " WHERE s.id = %s ORDER BY e.seq",
             list_receipts_with_status=(
                 receipts + " AND e.status = %s WHERE s.id = %s ORDER BY e.seq"
             ),
+            append_staged=bump + insert_staged.replace("FROM unnest", "FROM bumped, unnest"),
+            insert_staged=insert_staged,
+            add_receipt_staged=add_receipt.replace(result, staged_result),
+            update_receipt_staged=update_receipt.replace(result, staged_result),
         )

@@ -11,35 +11,37 @@ tables and the SQL text.
 from __future__ import annotations
 
 import builtins
-import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import anyio.to_thread
-
+from .._unicode import INLINE, off_loop
 from ..messages import Message
+from ._codec import (
+    dump_models,
+    load_metadata,
+    load_record,
+    merge_metadata,
+    receipt_row,
+    receipts_from_rows,
+    title_in,
+)
 from ._errors import SessionConflict, SessionNotFound
-from ._memory import _merged
 from ._models import (
     EffectReceipt,
     EffectStatus,
     SessionInfo,
     SessionRecord,
     new_session_id,
-    title_of,
 )
+from ._pg_copy import STAGE_BYTES, read_record, stage
 from ._pg_pool import Database, scalar
 from ._pg_schema import Statements
 from ._session import Session
-from ._sqlite import _receipt, _receipt_row
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
 __all__ = ["PostgresStore"]
-
-_DECODE_INLINE = 256 * 1024
-"""Characters of stored JSON decoded on the event loop; a larger session goes to a thread."""
 
 
 class PostgresStore:
@@ -138,21 +140,29 @@ class PostgresStore:
             await conn.execute(self._sql.open, (session_id,))
             return await self._fetch_record(conn, session_id)
 
-        return await _record(session_id, await self._run(open_, transaction=True))
+        return await load_record(session_id, *await self._run(open_, transaction=True))
 
     async def read_record(self, session_id: str) -> SessionRecord:
         """What is stored for the session."""
         row = await self._run(lambda conn: self._fetch_record(conn, session_id))
-        return await _record(session_id, row)
+        return await load_record(session_id, *row)
 
     async def append_messages(
         self, session_id: str, start: int, messages: Sequence[Message]
     ) -> None:
         """Store ``messages`` from index ``start`` (:class:`SessionConflict` if taken)."""
-        params = _message_params(session_id, start, messages)
-        statement = self._sql.append if messages else self._sql.touch
+        params = await _message_params(session_id, start, messages)
+        jsons = params["jsons"]
+        staged = sum(map(len, jsons)) > STAGE_BYTES
+        if staged:
+            statement = self._sql.append_staged
+            del params["jsons"]
+        else:
+            statement = self._sql.append if messages else self._sql.touch
 
         async def append(conn: AsyncConnection[Any]) -> None:
+            if staged:
+                await stage(conn, jsons)
             cursor = await conn.execute(statement, params)
             if cursor.rowcount == max(1, len(messages)):
                 return
@@ -165,17 +175,25 @@ class PostgresStore:
                 session_id=session_id,
             )
 
-        await self._run(append)
+        await self._run(append, transaction=staged)
 
     async def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:
         """Replace the whole history in one transaction."""
-        params = _message_params(session_id, 0, messages)
+        params = await _message_params(session_id, 0, messages)
+        jsons = params["jsons"]
+        staged = sum(map(len, jsons)) > STAGE_BYTES
+        if staged:
+            del params["jsons"]
 
         async def replace(conn: AsyncConnection[Any]) -> None:
             if (await conn.execute(self._sql.replace_head, params)).rowcount != 1:
                 raise SessionNotFound(session_id)
             await conn.execute(self._sql.replace_clear, params)
-            await conn.execute(self._sql.insert_messages, params)
+            if staged:
+                await stage(conn, jsons)
+                await conn.execute(self._sql.insert_staged, params)
+            else:
+                await conn.execute(self._sql.insert_messages, params)
 
         await self._run(replace, transaction=True)
 
@@ -186,8 +204,8 @@ class PostgresStore:
             stored = await scalar(conn, self._sql.metadata_for_update, (session_id,))
             if stored is None:
                 raise SessionNotFound(session_id)
-            metadata = _merged(json.loads(stored), changes)
-            await conn.execute(self._sql.metadata_set, (json.dumps(metadata), session_id))
+            metadata, text = await merge_metadata(stored, changes, session_id)
+            await conn.execute(self._sql.metadata_set, (text, session_id))
             return metadata
 
         return await self._run(update, transaction=True)
@@ -204,45 +222,54 @@ class PostgresStore:
             stored = await scalar(conn, self._sql.metadata_for_update, (session_id,))
             if stored is None:
                 raise SessionNotFound(session_id)
-            current = json.loads(stored)
+            current = load_metadata(stored, session_id)
             if current.get(key) != expected:
                 return False, current
-            metadata = _merged(current, changes)
-            await conn.execute(self._sql.metadata_set, (json.dumps(metadata), session_id))
+            metadata, text = await merge_metadata(stored, changes, session_id)
+            await conn.execute(self._sql.metadata_set, (text, session_id))
             return True, metadata
 
         return await self._run(update, transaction=True)
 
     async def add_receipt(self, receipt: EffectReceipt) -> EffectReceipt:
         """Insert ``receipt`` unless its call id has one; return the stored receipt."""
+        row = await receipt_row(receipt)
+        statement, row, result = self._receipt_statement(self._sql.add_receipt, row)
 
-        async def add(conn: AsyncConnection[Any]) -> EffectReceipt:
+        async def add(conn: AsyncConnection[Any]) -> tuple[Any, ...]:
             await self._require(conn, receipt.session_id)
-            await conn.execute(self._sql.add_receipt, _receipt_row(receipt))
+            if result is not None:
+                await stage(conn, [result])
+            await conn.execute(statement, row)
             stored = await self._get_receipt(conn, receipt.session_id, receipt.call_id)
             assert stored is not None
             return stored
 
-        return await self._run(add, transaction=True)
+        (stored,) = await receipts_from_rows([await self._run(add, transaction=True)])
+        return stored
 
     async def update_receipt(
         self, receipt: EffectReceipt, *, expected: EffectStatus
     ) -> EffectReceipt | None:
         """Overwrite the stored receipt if its status is ``expected``; return the stored one."""
-        session_id, call_id, *values = _receipt_row(receipt)
+        session_id, call_id, *values = await receipt_row(receipt)
+        statement, params, result = self._receipt_statement(
+            self._sql.update_receipt, (*values, session_id, call_id, expected.value), 4
+        )
 
-        async def update(conn: AsyncConnection[Any]) -> EffectReceipt | None:
+        async def update(conn: AsyncConnection[Any]) -> tuple[Any, ...] | None:
             await self._require(conn, session_id)
-            await conn.execute(
-                self._sql.update_receipt, (*values, session_id, call_id, expected.value)
-            )
+            if result is not None:
+                await stage(conn, [result])
+            await conn.execute(statement, params)
             return await self._get_receipt(conn, session_id, call_id)
 
-        return await self._run(update, transaction=True)
+        return await _one_receipt(await self._run(update, transaction=True))
 
     async def get_receipt(self, session_id: str, call_id: str) -> EffectReceipt | None:
         """The receipt for this call id, if any."""
-        return await self._run(lambda conn: self._get_receipt(conn, session_id, call_id))
+        row = await self._run(lambda conn: self._get_receipt(conn, session_id, call_id))
+        return await _one_receipt(row)
 
     async def list_receipts(
         self, session_id: str, status: EffectStatus | None = None
@@ -254,33 +281,53 @@ class PostgresStore:
         else:
             statement, params = self._sql.list_receipts_with_status, (status.value, session_id)
 
-        async def list_(conn: AsyncConnection[Any]) -> builtins.list[EffectReceipt]:
-            rows = await (await conn.execute(statement, params)).fetchall()
+        async def list_(conn: AsyncConnection[Any]) -> builtins.list[tuple[Any, ...]]:
+            rows = await (await conn.execute(statement, params, binary=True)).fetchall()
             if not rows:
                 raise SessionNotFound(session_id)
-            return [_receipt(row) for row in rows if row[1] is not None]
+            return [row for row in rows if row[1] is not None]
 
-        return await self._run(list_)
+        return await receipts_from_rows(await self._run(list_))
 
     async def list(self) -> builtins.list[SessionInfo]:
         """Every session, the most recently updated first."""
 
-        async def list_(conn: AsyncConnection[Any]) -> builtins.list[SessionInfo]:
-            rows = await (await conn.execute(self._sql.list)).fetchall()
+        async def list_(conn: AsyncConnection[Any]) -> builtins.list[Any]:
+            return await (await conn.execute(self._sql.list)).fetchall()
+
+        rows = await self._run(list_)
+
+        def infos() -> builtins.list[SessionInfo]:
             return [
-                SessionInfo(sid, created, updated, count, title_of(json.loads(meta)), open_)
+                SessionInfo(sid, created, updated, count, title_in(meta), open_)
                 for sid, created, updated, count, meta, open_ in rows
             ]
 
-        return await self._run(list_)
+        return await off_loop(sum(len(row[4]) for row in rows) > INLINE, infos)  # type: ignore[no-any-return]
+
+    def _receipt_statement(
+        self, statement: str, params: tuple[Any, ...], at: int = 6
+    ) -> tuple[str, tuple[Any, ...], bytes | None]:
+        """``statement`` and ``params`` as given, or, when the result (``params[at]``) is
+        heavy, the staged form of the statement, the parameters without it, and the result
+        to stage."""
+        result = params[at]
+        if result is None or len(result) <= STAGE_BYTES:
+            return statement, params, None
+        staged = (
+            self._sql.add_receipt_staged
+            if statement == self._sql.add_receipt
+            else self._sql.update_receipt_staged
+        )
+        return staged, params[:at] + params[at + 1 :], result
 
     # -- helpers, on a connection the caller holds ------------------------------------------
 
     async def _fetch_record(self, conn: AsyncConnection[Any], session_id: str) -> tuple[Any, ...]:
-        row = await (await conn.execute(self._sql.read, (session_id,))).fetchone()
+        row = await read_record(conn, self._sql.read, session_id)
         if row is None:
             raise SessionNotFound(session_id)
-        return tuple(row)
+        return row
 
     async def _require(self, conn: AsyncConnection[Any], session_id: str) -> None:
         if await (await conn.execute(self._sql.exists, (session_id,))).fetchone() is None:
@@ -288,33 +335,26 @@ class PostgresStore:
 
     async def _get_receipt(
         self, conn: AsyncConnection[Any], session_id: str, call_id: str
-    ) -> EffectReceipt | None:
+    ) -> tuple[Any, ...] | None:
+        """The receipt's stored row, decoded by the caller once the connection is back."""
         statement = self._sql.get_receipt
-        row = await (await conn.execute(statement, (call_id, session_id))).fetchone()
+        row = await (await conn.execute(statement, (call_id, session_id), binary=True)).fetchone()
         if row is None:
             raise SessionNotFound(session_id)
-        return None if row[1] is None else _receipt(row)
+        return None if row[1] is None else tuple(row)
 
 
-async def _record(session_id: str, row: tuple[Any, ...]) -> SessionRecord:
-    """Decode a fetched session (in a worker thread when it is large, as SQLiteStore does, so
-    a long history does not hold the event loop), after its connection went back to the pool."""
-    created, updated, metadata, texts = row
-
-    def decode() -> SessionRecord:
-        messages = tuple(Message.model_validate_json(text) for text in texts)
-        return SessionRecord(session_id, messages, json.loads(metadata), created, updated)
-
-    if sum(map(len, texts)) + len(metadata) < _DECODE_INLINE:
-        return decode()
-    return await anyio.to_thread.run_sync(decode)
+async def _one_receipt(row: tuple[Any, ...] | None) -> EffectReceipt | None:
+    return None if row is None else (await receipts_from_rows([row]))[0]
 
 
-def _message_params(session_id: str, start: int, messages: Sequence[Message]) -> dict[str, Any]:
+async def _message_params(
+    session_id: str, start: int, messages: Sequence[Message]
+) -> dict[str, Any]:
     return {
         "id": session_id,
         "start": start,
         "end": start + len(messages),
         "roles": [m.role for m in messages],
-        "jsons": [m.model_dump_json() for m in messages],
+        "jsons": await dump_models(messages),
     }

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import secrets
 import time
 from collections.abc import Sequence
@@ -12,8 +11,10 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .._log import logger
+from .._unicode import scrub, valid_models
+from ._codec import hash_arguments, plain_metadata
 from ._errors import EffectConflict
-from ._models import EffectClaim, EffectReceipt, EffectStatus, SessionRecord, arguments_hash
+from ._models import EffectClaim, EffectReceipt, EffectStatus, SessionRecord
 
 if TYPE_CHECKING:
     from ..messages import Message, ToolCallPart, ToolResultPart
@@ -31,6 +32,11 @@ class Session:
     order they were called; if another writer (another object, another process) changed the
     same session in between, the write is refused with
     :class:`~fanloop.sessions.SessionConflict` rather than interleaved.
+
+    Text is stored as valid Unicode: a message (or result, or note) holding a lone surrogate
+    is stored, and kept in :attr:`messages`, with each surrogate pair joined and each lone
+    surrogate replaced by U+FFFD, so what this object holds is what a reload gives (see
+    ``docs/sessions.md``).
 
     Attributes:
         id: the session's id.
@@ -70,6 +76,9 @@ class Session:
     async def append(self, message: Message) -> int:
         """Persist one message at the end of the history.
 
+        The message is stored (and kept) with its text made valid Unicode; read it back as
+        ``messages[index]``.
+
         Returns:
             The message's index in :attr:`messages`.
 
@@ -77,6 +86,7 @@ class Session:
             SessionConflict: another writer changed the session since this object read it.
             SessionNotFound: the session was deleted.
         """
+        (message,) = await valid_models((message,))
         async with self._lock:
             index = len(self._messages)
             with anyio.CancelScope(shield=True):
@@ -89,6 +99,7 @@ class Session:
         """Persist several messages at the end of the history, all or none."""
         if not messages:
             return
+        messages = await valid_models(messages)
         async with self._lock:
             with anyio.CancelScope(shield=True):
                 await self.store.append_messages(self.id, len(self._messages), messages)
@@ -100,7 +111,7 @@ class Session:
 
         Either the new history is stored in full or the old one is left untouched.
         """
-        new = tuple(messages)
+        new = await valid_models(tuple(messages))
         async with self._lock:
             with anyio.CancelScope(shield=True):
                 await self.store.replace_messages(self.id, new)
@@ -114,7 +125,7 @@ class Session:
             TypeError: a value is not JSON-serialisable.
         """
         # Round-trip through JSON so every store holds (and returns) the same plain values.
-        normalised = json.loads(json.dumps(changes))
+        normalised = await plain_metadata(changes)
         async with self._lock:
             with anyio.CancelScope(shield=True):
                 self._metadata = await self.store.update_metadata(self.id, normalised)
@@ -133,7 +144,8 @@ class Session:
         Raises:
             TypeError: a value is not JSON-serialisable.
         """
-        expected, normalised = json.loads(json.dumps([expected, changes]))
+        normalised = await plain_metadata({"expected": expected, "changes": changes})
+        expected, normalised = normalised["expected"], normalised["changes"]
         async with self._lock:
             with anyio.CancelScope(shield=True):
                 won, self._metadata = await self.store.update_metadata_if(
@@ -191,8 +203,8 @@ class Session:
             session_id=self.id,
             call_id=call.id,
             turn=turn,
-            tool=call.name,
-            arguments_hash=arguments_hash(call.arguments),
+            tool=scrub(call.name),
+            arguments_hash=await hash_arguments(call.arguments),
             status=EffectStatus.STARTED,
             result=None,
             started_at=time.time(),
@@ -225,6 +237,7 @@ class Session:
         """
         if result.call_id != call_id:
             raise ValueError(f"result for call {result.call_id!r} given to commit {call_id!r}")
+        (result,) = await valid_models((result,))
         current = await self._require(call_id)
         if current.status is EffectStatus.COMMITTED and current.result == result:
             return current
@@ -247,6 +260,7 @@ class Session:
             EffectConflict: no receipt exists for the call, or it is not ``started``.
         """
         status = EffectStatus.RESOLVED_APPLIED if applied else EffectStatus.RESOLVED_NOT_APPLIED
+        note = None if note is None else scrub(note)
         current = await self._require(call_id)
         if current.status is status and current.resolution_note == note:
             return current

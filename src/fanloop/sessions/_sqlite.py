@@ -13,12 +13,16 @@ The file runs in WAL mode with foreign keys on and a busy timeout. Every write i
 loss or OS crash can drop the last transactions; ``synchronous="FULL"`` closes that too, at
 the price of an fsync per write). The blocking calls run in worker threads, one at a time per
 store, over a single connection.
+
+The JSON of messages and results is written and read as UTF-8 bytes (``CAST`` to and from
+``TEXT`` in SQL, so the columns hold text): no one-shot conversion of a large string holds the
+interpreter lock. Encoding and decoding follow ``_codec.py``: on the event loop when small,
+in a worker thread (a piece at a time when large) otherwise.
 """
 
 from __future__ import annotations
 
 import builtins
-import json
 import os
 import sqlite3
 import threading
@@ -30,7 +34,16 @@ from typing import Any, Literal, TypeVar
 import anyio.to_thread
 
 from .._log import logger
-from ..messages import Message, ToolResultPart
+from ..messages import Message
+from ._codec import (
+    dump_models,
+    load_metadata,
+    load_record,
+    merged_metadata,
+    receipt_from_row,
+    receipt_row,
+    title_in,
+)
 from ._errors import SessionConflict, SessionError, SessionNotFound
 from ._models import (
     Clock,
@@ -39,7 +52,6 @@ from ._models import (
     SessionInfo,
     SessionRecord,
     new_session_id,
-    title_of,
 )
 from ._session import Session
 
@@ -98,6 +110,10 @@ SCHEMA_VERSION = len(_MIGRATIONS)
 _EFFECT_COLUMNS = (
     "session_id, call_id, turn, tool, arguments_hash, status, result, started_at, "
     "finished_at, resolution_note, attempt"
+)
+_EFFECT_SELECT = _EFFECT_COLUMNS.replace(" result,", " CAST(result AS BLOB),")
+_INSERT_MESSAGE = (
+    "INSERT INTO messages (session_id, idx, role, json) VALUES (?, ?, ?, CAST(? AS TEXT))"
 )
 
 
@@ -229,27 +245,30 @@ class SQLiteStore:
         if not session_id:
             raise ValueError("a session id cannot be empty")
 
-        def open_(conn: sqlite3.Connection) -> SessionRecord:
+        def open_(conn: sqlite3.Connection) -> _Stored:
             now = self._clock()
             conn.execute(
                 "INSERT INTO sessions (id, created_at, updated_at) VALUES (?, ?, ?) "
                 "ON CONFLICT (id) DO NOTHING",
                 (session_id, now, now),
             )
-            return _read_record(conn, session_id)
+            return _fetch_record(conn, session_id)
 
-        return await self._write(open_)
+        return await load_record(session_id, *await self._write(open_))
 
     async def read_record(self, session_id: str) -> SessionRecord:
         """What is stored for the session."""
-        return await self._read(lambda conn: _read_record(conn, session_id))
+        stored = await self._read(lambda conn: _fetch_record(conn, session_id))
+        return await load_record(session_id, *stored)
 
     async def append_messages(
         self, session_id: str, start: int, messages: Sequence[Message]
     ) -> None:
         """Store ``messages`` from index ``start`` (:class:`SessionConflict` if taken)."""
+        jsons = await dump_models(messages)
         rows = [
-            (session_id, start + i, m.role, m.model_dump_json()) for i, m in enumerate(messages)
+            (session_id, start + i, m.role, text)
+            for i, (m, text) in enumerate(zip(messages, jsons, strict=True))
         ]
 
         def append(conn: sqlite3.Connection) -> None:
@@ -265,15 +284,17 @@ class SQLiteStore:
                     "another writer changed it",
                     session_id=session_id,
                 )
-            conn.executemany(
-                "INSERT INTO messages (session_id, idx, role, json) VALUES (?, ?, ?, ?)", rows
-            )
+            conn.executemany(_INSERT_MESSAGE, rows)
 
         await self._write(append)
 
     async def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:
         """Replace the whole history in one transaction."""
-        rows = [(session_id, i, m.role, m.model_dump_json()) for i, m in enumerate(messages)]
+        jsons = await dump_models(messages)
+        rows = [
+            (session_id, i, m.role, text)
+            for i, (m, text) in enumerate(zip(messages, jsons, strict=True))
+        ]
 
         def replace(conn: sqlite3.Connection) -> None:
             cursor = conn.execute(
@@ -283,9 +304,7 @@ class SQLiteStore:
             if cursor.rowcount != 1:
                 raise SessionNotFound(session_id)
             conn.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
-            conn.executemany(
-                "INSERT INTO messages (session_id, idx, role, json) VALUES (?, ?, ?, ?)", rows
-            )
+            conn.executemany(_INSERT_MESSAGE, rows)
 
         await self._write(replace)
 
@@ -298,11 +317,10 @@ class SQLiteStore:
             ).fetchone()
             if row is None:
                 raise SessionNotFound(session_id)
-            merged = {**json.loads(row[0]), **changes}
-            metadata = {k: v for k, v in merged.items() if v is not None}
+            metadata, text = merged_metadata(row[0], changes, session_id)
             conn.execute(
                 "UPDATE sessions SET metadata = ?, updated_at = ? WHERE id = ?",
-                (json.dumps(metadata), self._clock(), session_id),
+                (text, self._clock(), session_id),
             )
             return metadata
 
@@ -319,13 +337,13 @@ class SQLiteStore:
             ).fetchone()
             if row is None:
                 raise SessionNotFound(session_id)
-            stored = json.loads(row[0])
+            stored = load_metadata(row[0], session_id)
             if stored.get(key) != expected:
                 return False, stored
-            metadata = {k: v for k, v in {**stored, **changes}.items() if v is not None}
+            metadata, text = merged_metadata(row[0], changes, session_id)
             conn.execute(
                 "UPDATE sessions SET metadata = ?, updated_at = ? WHERE id = ?",
-                (json.dumps(metadata), self._clock(), session_id),
+                (text, self._clock(), session_id),
             )
             return True, metadata
 
@@ -333,20 +351,19 @@ class SQLiteStore:
 
     async def add_receipt(self, receipt: EffectReceipt) -> EffectReceipt:
         """Insert ``receipt`` unless its call id has one; return the stored receipt."""
+        row = await receipt_row(receipt)
 
         def add(conn: sqlite3.Connection) -> EffectReceipt:
             _require_session(conn, receipt.session_id)
             conn.execute(
-                f"INSERT INTO effects ({_EFFECT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                f"INSERT INTO effects ({_EFFECT_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, CAST(? AS TEXT), ?, ?, ?, ?) "
                 "ON CONFLICT (session_id, call_id) DO NOTHING",
-                _receipt_row(receipt),
+                row,
             )
-            return _receipt(
-                conn.execute(
-                    f"SELECT {_EFFECT_COLUMNS} FROM effects WHERE session_id = ? AND call_id = ?",
-                    (receipt.session_id, receipt.call_id),
-                ).fetchone()
-            )
+            stored = _get_receipt(conn, receipt.session_id, receipt.call_id)
+            assert stored is not None
+            return stored
 
         return await self._write(add)
 
@@ -354,13 +371,14 @@ class SQLiteStore:
         self, receipt: EffectReceipt, *, expected: EffectStatus
     ) -> EffectReceipt | None:
         """Overwrite the stored receipt if its status is ``expected``; return the stored one."""
-        session_id, call_id, *values = _receipt_row(receipt)
+        session_id, call_id, *values = await receipt_row(receipt)
 
         def update(conn: sqlite3.Connection) -> EffectReceipt | None:
             _require_session(conn, session_id)
             conn.execute(
                 "UPDATE effects SET turn = ?, tool = ?, arguments_hash = ?, status = ?, "
-                "result = ?, started_at = ?, finished_at = ?, resolution_note = ?, attempt = ? "
+                "result = CAST(? AS TEXT), started_at = ?, finished_at = ?, "
+                "resolution_note = ?, attempt = ? "
                 "WHERE session_id = ? AND call_id = ? AND status = ?",
                 (*values, session_id, call_id, expected.value),
             )
@@ -384,12 +402,12 @@ class SQLiteStore:
 
         def list_(conn: sqlite3.Connection) -> builtins.list[EffectReceipt]:
             _require_session(conn, session_id)
-            sql = f"SELECT {_EFFECT_COLUMNS} FROM effects WHERE session_id = ?"
+            sql = f"SELECT {_EFFECT_SELECT} FROM effects WHERE session_id = ?"
             params: tuple[str, ...] = (session_id,)
             if status is not None:
                 sql += " AND status = ?"
                 params += (status.value,)
-            return [_receipt(row) for row in conn.execute(sql + " ORDER BY rowid", params)]
+            return [receipt_from_row(row) for row in conn.execute(sql + " ORDER BY rowid", params)]
 
         return await self._read(list_)
 
@@ -404,7 +422,7 @@ class SQLiteStore:
                 "FROM sessions s ORDER BY s.updated_at DESC, s.id"
             )
             return [
-                SessionInfo(sid, created, updated, count, title_of(json.loads(meta)), open_)
+                SessionInfo(sid, created, updated, count, title_in(meta), open_)
                 for sid, created, updated, count, meta, open_ in rows
             ]
 
@@ -472,58 +490,29 @@ def _message_count(conn: sqlite3.Connection, session_id: str) -> int:
     return count
 
 
-def _read_record(conn: sqlite3.Connection, session_id: str) -> SessionRecord:
+_Stored = tuple[float, float, str, list[bytes]]
+"""A session's row as read: created_at, updated_at, metadata, and its messages' JSON."""
+
+
+def _fetch_record(conn: sqlite3.Connection, session_id: str) -> _Stored:
     row = conn.execute(
         "SELECT created_at, updated_at, metadata FROM sessions WHERE id = ?", (session_id,)
     ).fetchone()
     if row is None:
         raise SessionNotFound(session_id)
-    messages = tuple(
-        Message.model_validate_json(text)
+    texts = [
+        text
         for (text,) in conn.execute(
-            "SELECT json FROM messages WHERE session_id = ? ORDER BY idx", (session_id,)
+            "SELECT CAST(json AS BLOB) FROM messages WHERE session_id = ? ORDER BY idx",
+            (session_id,),
         )
-    )
-    return SessionRecord(session_id, messages, json.loads(row[2]), row[0], row[1])
+    ]
+    return row[0], row[1], row[2], texts
 
 
 def _get_receipt(conn: sqlite3.Connection, session_id: str, call_id: str) -> EffectReceipt | None:
     row = conn.execute(
-        f"SELECT {_EFFECT_COLUMNS} FROM effects WHERE session_id = ? AND call_id = ?",
+        f"SELECT {_EFFECT_SELECT} FROM effects WHERE session_id = ? AND call_id = ?",
         (session_id, call_id),
     ).fetchone()
-    return None if row is None else _receipt(row)
-
-
-def _receipt_row(r: EffectReceipt) -> tuple[Any, ...]:
-    result = None if r.result is None else r.result.model_dump_json()
-    return (
-        r.session_id,
-        r.call_id,
-        r.turn,
-        r.tool,
-        r.arguments_hash,
-        r.status.value,
-        result,
-        r.started_at,
-        r.finished_at,
-        r.resolution_note,
-        r.attempt,
-    )
-
-
-def _receipt(row: tuple[Any, ...]) -> EffectReceipt:
-    sid, call_id, turn, tool, hash_, status, result, started, finished, note, attempt = row
-    return EffectReceipt(
-        session_id=sid,
-        call_id=call_id,
-        turn=turn,
-        tool=tool,
-        arguments_hash=hash_,
-        status=EffectStatus(status),
-        result=None if result is None else ToolResultPart.model_validate_json(result),
-        started_at=started,
-        finished_at=finished,
-        resolution_note=note,
-        attempt=attempt,
-    )
+    return None if row is None else receipt_from_row(row)

@@ -1,0 +1,321 @@
+"""Valid Unicode at fanloop's edges: one rule for text that comes in from outside.
+
+A Python ``str`` may hold surrogate code points (U+D800 to U+DFFF) that UTF-8 cannot encode:
+JSON's ``\\ud83d`` escape decodes to one, and so does half of an emoji whose surrogate pair a
+server split across two stream events. Such text cannot be stored (pydantic, SQLite and
+PostgreSQL all refuse it), so fanloop makes it valid where it enters:
+
+- a surrogate pair is joined into the one character it encodes, even when its halves arrive
+  in two pieces (:class:`Joiner` holds a trailing high surrogate back for the next piece);
+- every other (lone) surrogate becomes U+FFFD, the replacement character.
+
+Everything here is linear in the text, with a fast path: a string that is ASCII (an O(1)
+test in CPython) or holds no surrogate is returned as it is. Long strings are handled a
+window at a time, so a worker thread doing this work lets go of the interpreter lock
+between windows instead of holding the event loop.
+
+See ``docs/sessions.md`` (what a session stores) and ``docs/security.md`` (the wire).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import anyio.to_thread
+
+__all__ = [
+    "INLINE",
+    "REPLACEMENT",
+    "WINDOW",
+    "Joiner",
+    "holds_surrogates",
+    "is_surrogate_free",
+    "known_valid",
+    "may_escape_surrogates",
+    "off_loop",
+    "scrub",
+    "scrub_json",
+    "scrub_model",
+    "valid_models",
+    "weight",
+]
+
+REPLACEMENT = "\ufffd"
+"""What a lone surrogate becomes."""
+
+INLINE = 64 * 1024
+"""The heaviest value (see :func:`weight`) checked (or encoded, by the session stores) on the
+event loop; a heavier one goes to a worker thread. About 0.1 ms of work; a hop to a worker
+thread costs about 50 µs."""
+
+WINDOW = 1 << 18
+"""Characters handled per C call on long strings (about a millisecond of work)."""
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
+_ESCAPE_TEXT = re.compile(r"\\u[dD][89abcdefABCDEF]")
+
+T = TypeVar("T")
+
+
+def may_escape_surrogates(data: bytes | str) -> bool:
+    """Whether JSON text may decode to a surrogate: only a ``\\uD800``-``\\uDFFF`` escape
+    can (UTF-8 cannot encode one, so the strict decoder refuses it in raw bytes).
+
+    Callers on a hot path test ``92 in data`` (a backslash: a one-byte search, several times
+    cheaper than any longer one) first.
+    """
+    if isinstance(data, bytes):
+        return _ESCAPE.search(data) is not None
+    return _ESCAPE_TEXT.search(data) is not None
+
+
+def is_surrogate_free(text: str) -> bool:
+    """Whether ``text`` holds no surrogate code point."""
+    if text.isascii():
+        return True
+    search = _SURROGATE.search
+    size = len(text)
+    if size <= WINDOW:
+        return search(text) is None
+    return all(search(text, i, i + WINDOW) is None for i in range(0, size, WINDOW))
+
+
+def _fix(text: str) -> str:
+    # UTF-16 with surrogatepass turns a pair of surrogate code points into the bytes of the
+    # character they encode; decoding with "replace" turns each lone one into U+FFFD.
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def scrub(text: str) -> str:
+    """``text`` with surrogate pairs joined and lone surrogates replaced by U+FFFD.
+
+    Returns ``text`` itself when there is nothing to change.
+
+    Example:
+        >>> scrub("a\\ud83d\\ude00 b\\ud800") == "a\\U0001f600 b\\ufffd"
+        True
+    """
+    if text.isascii():
+        return text
+    search = _SURROGATE.search
+    size = len(text)
+    if size <= WINDOW:
+        return text if search(text) is None else _fix(text)
+    pieces: list[str] = []
+    changed = False
+    start = 0
+    while start < size:
+        end = min(start + WINDOW, size)
+        if end < size and "\ud800" <= text[end - 1] <= "\udbff":
+            end -= 1  # never cut a pair in two
+        piece = text[start:end]
+        if search(text, start, end) is not None:
+            piece = _fix(piece)
+            changed = True
+        pieces.append(piece)
+        start = end
+    return "".join(pieces) if changed else text
+
+
+def _containers(value: Any) -> Any:
+    """The children of a JSON-like container (or pydantic model), else ``None``."""
+    if isinstance(value, dict):
+        return [*value.keys(), *value.values()]
+    if isinstance(value, list | tuple):
+        return value
+    fields = getattr(value, "__pydantic_fields__", None)
+    if fields is not None:
+        return [getattr(value, name) for name in fields]
+    return None
+
+
+def holds_surrogates(value: Any) -> bool:
+    """Whether any string in ``value`` holds a surrogate: a string, a JSON-like tree of
+    dicts, lists and tuples (keys included), or pydantic models holding them.
+
+    The walk is iterative, so any depth is fine.
+    """
+    stack = [value]
+    pop = stack.pop
+    push = stack.extend
+    while stack:
+        item = pop()
+        if type(item) is str:
+            if not is_surrogate_free(item):
+                return True
+        elif item is None or isinstance(item, bool | int | float | bytes):
+            continue
+        else:
+            children = _containers(item)
+            if children is not None:
+                push(children)
+    return False
+
+
+def scrub_json(value: T) -> T:
+    """``value`` with :func:`scrub` applied to every string in it, dict keys included.
+
+    ``value`` is returned unchanged (the same object) when no string needs a change;
+    otherwise it is copied, dicts as dicts and lists and tuples as lists (as JSON would give
+    them back). The walk is iterative, so any depth is fine.
+    """
+    if not holds_surrogates(value):
+        return value
+    return _rebuilt(value)  # type: ignore[no-any-return]
+
+
+def _rebuilt(value: Any) -> Any:
+    def copy(item: Any) -> Any:
+        if type(item) is str:
+            return scrub(item)
+        if isinstance(item, dict):
+            new: dict[Any, Any] = {}
+            work.append((item, new))
+            return new
+        if isinstance(item, list | tuple):
+            out: list[Any] = []
+            work.append((item, out))
+            return out
+        return item
+
+    work: list[tuple[Any, Any]] = []
+    root = copy(value)
+    while work:
+        source, target = work.pop()
+        if isinstance(target, dict):
+            for key, item in source.items():
+                target[scrub(key) if type(key) is str else key] = copy(item)
+        else:
+            target.extend(copy(item) for item in source)
+    return root
+
+
+_VALID: dict[int, weakref.ref[Any]] = {}
+"""The (frozen) models known to hold valid Unicode, by identity, for as long as they live: a
+message checked on its way into a session is not scanned again by the store."""
+
+
+def known_valid(model: Any) -> bool:
+    """Whether :func:`scrub_model` already vouched for this very object."""
+    entry = _VALID.get(id(model))
+    return entry is not None and entry() is model
+
+
+def _vouch(model: Any) -> None:
+    key = id(model)
+
+    def forget(_ref: weakref.ref[Any], key: int = key) -> None:
+        _VALID.pop(key, None)
+
+    with contextlib.suppress(TypeError):  # not weak-referenceable: checked every time
+        _VALID[key] = weakref.ref(model, forget)
+
+
+def scrub_model(model: T) -> T:
+    """A frozen pydantic model with :func:`scrub` applied to every string in it (``model``
+    itself when none needs a change).
+
+    The copy is validated again from the model's (scrubbed) Python dump. The result is
+    remembered (while it lives), so checking it again costs nothing.
+    """
+    if known_valid(model):
+        return model
+    if holds_surrogates(model):
+        cls: Any = type(model)
+        model = cls.model_validate(_rebuilt(model.model_dump()))  # type: ignore[attr-defined]
+    _vouch(model)
+    return model
+
+
+class Joiner:
+    """Makes a stream of text pieces valid Unicode, piece by piece, so the pieces it returns
+    join into the same text as :func:`scrub` of the whole.
+
+    A piece that ends in a high surrogate keeps it back: the next piece may start with the
+    low half of the same pair. :meth:`flush` ends the stream (a surrogate still held is lone:
+    it becomes U+FFFD).
+
+    Example:
+        >>> joiner = Joiner()
+        >>> joiner.push("ab\\ud83d")
+        'ab'
+        >>> joiner.push("\\ude00c") == "\\U0001f600c"
+        True
+        >>> joiner.push("d\\ud83d"), joiner.flush() == "\\ufffd"
+        ('d', True)
+    """
+
+    __slots__ = ("held",)
+
+    def __init__(self) -> None:
+        self.held = ""
+
+    def push(self, text: str) -> str:
+        """The valid text of ``text`` (what was held back before it, first)."""
+        if self.held:
+            text = self.held + text
+            self.held = ""
+        if text and "\ud800" <= text[-1] <= "\udbff":
+            self.held = text[-1]
+            text = text[:-1]
+        return scrub(text)
+
+    def flush(self) -> str:
+        """What is still held, as text: ``""`` or U+FFFD."""
+        if not self.held:
+            return ""
+        self.held = ""
+        return REPLACEMENT
+
+
+_WEIGHT = 32  # the weight of one value besides its text
+
+
+def weight(value: Any, limit: int) -> int:
+    """How heavy ``value`` is, counted until it passes ``limit`` (then ``limit + 1``).
+
+    Strings count their characters, bytes their base64 size, every value 32 more. The walk
+    stops as soon as the count passes ``limit``, so it costs at most ``limit / 32`` steps.
+    """
+    total = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        total += _WEIGHT
+        if isinstance(item, str):
+            total += len(item)
+        elif isinstance(item, bytes):
+            total += len(item) * 4 // 3
+        elif isinstance(item, dict):
+            stack += item.keys()
+            stack += item.values()
+        elif isinstance(item, list | tuple):
+            stack += item
+        else:
+            fields = getattr(item, "__pydantic_fields__", None)
+            if fields is not None:
+                stack += (getattr(item, name) for name in fields)
+        if total > limit:
+            return limit + 1
+    return total
+
+
+async def off_loop(heavy: bool, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``: in a worker thread when ``heavy``, else here (on the event loop)."""
+    if heavy:
+        return await anyio.to_thread.run_sync(fn, *args)
+    return fn(*args)
+
+
+async def valid_models(models: Sequence[T]) -> tuple[T, ...]:
+    """``models`` (messages, tool results) with their text made valid Unicode (each one that
+    needs no change is returned itself); heavy ones are checked in a worker thread."""
+    if all(known_valid(m) for m in models):
+        return tuple(models)
+    heavy = sum(weight(m, INLINE) for m in models) > INLINE
+    return await off_loop(heavy, lambda: tuple(scrub_model(m) for m in models))  # type: ignore[no-any-return]
