@@ -20,6 +20,11 @@ its parts instead, without its reasoning items.
 
 Reasoning summaries (and ``reasoning_text`` content, as some compatible servers send) become
 :class:`~fanloop.messages.ThinkingPart` text and stream as thinking deltas.
+
+Text enters as valid Unicode (``docs/security.md``): a surrogate pair that a server splits
+between two deltas of one block (a content part, a summary part, a call's arguments) is
+joined, so the streamed deltas add up to the final turn; any other lone surrogate, in a delta
+or anywhere else, becomes U+FFFD.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import httpx2
 
+from .._unicode import Joiner, may_escape_surrogates, scrub_json
 from ..errors import ConfigurationError, ResponseInvalid, StreamIncomplete
 from ..events import StreamDelta, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallStarted
 from ..messages import (
@@ -74,7 +80,7 @@ from ._wire import (
     read_str,
     short,
 )
-from ._wire import loads as _loads
+from ._wire import load_frame as _load_frame
 
 if TYPE_CHECKING:
     import openai
@@ -743,7 +749,7 @@ def _response(
 class _Item:
     """One output item being streamed."""
 
-    __slots__ = ("call_id", "chunks", "done", "start", "summary")
+    __slots__ = ("arguments", "call_id", "chunks", "done", "start", "summary")
 
     def __init__(self, start: dict[str, Any]) -> None:
         self.start = start
@@ -751,6 +757,7 @@ class _Item:
         self.chunks: list[str] = []
         self.summary = -1  # the summary part being streamed
         self.done: dict[str, Any] | None = None
+        self.arguments: _Block | None = None  # a call's, once a delta needed joining
 
     def finish(self) -> dict[str, Any]:
         """The item as the stream built it (when no ``output_item.done`` came)."""
@@ -763,6 +770,25 @@ class _Item:
         elif kind == "message" and self.chunks:
             item["content"] = [{"type": "output_text", "text": "".join(self.chunks)}]
         return item
+
+
+class _Block:
+    """Where a high surrogate ending one delta waits for the next delta of the same block,
+    which may start with the low half of its pair (:class:`fanloop._unicode.Joiner`).
+
+    One for the answer's text (a message's ``output_text`` and ``refusal`` parts, one part
+    after another), one for thinking (summary parts, ``reasoning_text`` parts), one per
+    function call: text and thinking deltas carry no index, so a part's held half is let go
+    (as U+FFFD) when a delta of another part comes, keeping the deltas in order. ``at`` is
+    the block's place: its ``output_index`` first, then the part.
+    """
+
+    __slots__ = ("at", "joiner", "kind")
+
+    def __init__(self, kind: str, at: tuple[Any, ...] = ()) -> None:
+        self.kind = kind  # "text", "thinking" or "call"
+        self.at = at
+        self.joiner = Joiner()
 
 
 # Events that only say where the stream is (nothing a user sees, nothing to keep).
@@ -787,7 +813,17 @@ _QUIET = frozenset(
 class _StreamParser:
     """Decodes the event stream of one Responses API response."""
 
-    __slots__ = ("_final", "_items", "_max", "_provider", "_request_id", "done")
+    __slots__ = (
+        "_final",
+        "_holding",
+        "_items",
+        "_max",
+        "_provider",
+        "_request_id",
+        "_text",
+        "_thinking",
+        "done",
+    )
 
     def __init__(self, provider: OpenAIResponsesProvider, request_id: str | None) -> None:
         self._provider = provider
@@ -795,32 +831,48 @@ class _StreamParser:
         self._max = provider.limits.max_blocks
         self._items: dict[int, _Item] = {}
         self._final: dict[str, Any] | None = None
+        self._text = _Block("text")
+        self._thinking = _Block("thinking")
+        self._holding: dict[int, _Block] = {}  # the blocks holding half a pair back, by id
         self.done = False
 
     def feed(self, event: bytes, data: bytes) -> tuple[StreamDelta, ...] | StreamDelta | None:
         if data == b"[DONE]":  # not the Responses API's, but some compatible servers send it
             return None
-        obj = _loads(data)
+        obj = _load_frame(data)
+        # A surrogate escape (rare): a delta's text goes through its block's joiner, every
+        # other string of the event is made valid as it is.
+        odd = 92 in data and may_escape_surrogates(data)  # 92: a backslash
         kind = obj.get("type")  # AttributeError (malformed) unless a JSON object
         if kind == "response.output_text.delta" or kind == "response.refusal.delta":
             text = obj["delta"]
             if type(text) is not str:
                 raise Malformed(f"{kind} without text")
-            item = self._item(obj)
+            index = self._index(obj)
+            item = self._items.get(index)
+            if odd or self._holding:
+                return self._joined(self._text, (index, obj.get("content_index")), text, item)
             if item is not None:
                 item.chunks.append(text)
             return TextDelta(text) if text else None
         if kind == "response.function_call_arguments.delta":
             fragment = obj["delta"]
-            item = self._item(obj)
+            index = self._index(obj)
+            item = self._items.get(index)
             if type(fragment) is not str or item is None or not item.call_id:
                 raise Malformed("function_call_arguments.delta not in a started function call")
+            if odd or (item.arguments is not None and item.arguments.joiner.held):
+                if item.arguments is None:
+                    item.arguments = _Block("call", (index,))
+                return self._joined(item.arguments, (index,), fragment, item)
             item.chunks.append(fragment)
-            return ToolCallDelta(item.call_id, fragment, obj["output_index"]) if fragment else None
+            return ToolCallDelta(item.call_id, fragment, index) if fragment else None
         if kind == "response.reasoning_summary_text.delta":
-            return self._thinking(obj, obj.get("summary_index"))
+            return self._thinking_delta(obj, obj.get("summary_index"), odd)
         if kind == "response.reasoning_text.delta":
-            return self._thinking(obj, None)
+            return self._thinking_delta(obj, None, odd)
+        if odd:
+            obj = scrub_json(obj)
         if kind == "response.output_item.added":
             return self._added(obj)
         if kind == "response.output_item.done":
@@ -828,21 +880,22 @@ class _StreamParser:
             done = obj["item"]
             if type(done) is not dict:
                 raise Malformed("output_item.done without an item")
+            ended = self._ended(obj) if self._holding else ()
             if item is None:  # an item announced only when done
                 started = self._added(obj)
                 self._items[self._index(obj)].done = done
-                return started
+                return (*ended, started) if started is not None else ended
             item.done = done
-            return None
+            return ended or None
         if kind in _QUIET:
-            return None
+            return (self._ended(obj) or None) if self._holding else None
         if kind == "response.completed" or kind == "response.incomplete":
             final = obj["response"]
             if type(final) is not dict:
                 raise Malformed(f"{kind} without a response object")
             self._final = final
             self.done = True
-            return None
+            return tuple(self._release(*self._holding.values())) or None
         if kind == "response.failed":
             final = obj.get("response")
             raise stream_error(
@@ -888,11 +941,14 @@ class _StreamParser:
             item.chunks.append(arguments)
         return ToolCallStarted(item.call_id, name, index)
 
-    def _thinking(self, obj: dict[str, Any], summary: Any) -> StreamDelta | None:
+    def _thinking_delta(
+        self, obj: dict[str, Any], summary: Any, odd: bool
+    ) -> tuple[StreamDelta, ...] | StreamDelta | None:
         text = obj["delta"]
         if type(text) is not str:
             raise Malformed("a reasoning delta without text")
-        item = self._item(obj)
+        index = self._index(obj)
+        item = self._items.get(index)
         if not text:
             return None
         if summary is not None and item is not None:
@@ -903,7 +959,53 @@ class _StreamParser:
                 item.summary = summary
                 if not first:  # the summaries of one item are joined by a blank line
                     text = "\n\n" + text
+        if odd or self._holding:
+            part = ("summary", summary) if summary is not None else obj.get("content_index")
+            return self._joined(self._thinking, (index, part), text, item)
         return ThinkingDelta(text)
+
+    # -- valid Unicode (the rare path: a surrogate escape, or half a pair held back) ---------
+
+    def _joined(
+        self, block: _Block, at: tuple[Any, ...], text: str, item: _Item | None
+    ) -> tuple[StreamDelta, ...]:
+        """The deltas of ``text``, a delta of the block at ``at``, made valid Unicode (after
+        the U+FFFD of another part's held half, when the block was holding one)."""
+        joiner = block.joiner
+        out = self._release(block) if joiner.held and block.at != at else []
+        block.at = at
+        text = joiner.push(text)
+        if joiner.held:
+            self._holding[id(block)] = block
+        else:
+            self._holding.pop(id(block), None)
+        if text:
+            out.append(self._delta(block, text, item))
+        return tuple(out)
+
+    def _delta(self, block: _Block, text: str, item: _Item | None) -> StreamDelta:
+        if block.kind == "thinking":
+            return ThinkingDelta(text)
+        if item is not None:
+            item.chunks.append(text)
+            if block.kind == "call":  # a call's block always has its item
+                return ToolCallDelta(item.call_id, text, block.at[0])
+        return TextDelta(text)
+
+    def _release(self, *blocks: _Block) -> list[StreamDelta]:
+        """The deltas of what ``blocks`` hold (U+FFFD each): their blocks ended."""
+        out: list[StreamDelta] = []
+        for block in blocks:
+            self._holding.pop(id(block), None)
+            if rest := block.joiner.flush():
+                out.append(self._delta(block, rest, self._items.get(block.at[0])))
+        return out
+
+    def _ended(self, obj: dict[str, Any]) -> tuple[StreamDelta, ...]:
+        """The deltas of what the blocks of the item ``obj`` names still hold: the event
+        ends the item, or one of its parts (or starts the next part)."""
+        index = obj.get("output_index")
+        return tuple(self._release(*(b for b in self._holding.values() if b.at[0] == index)))
 
     def finish(self) -> ModelResponse:
         final = self._final
