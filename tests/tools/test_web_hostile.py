@@ -304,6 +304,97 @@ async def test_a_name_is_resolved_once_and_the_checked_address_connected(
     assert other.seen == []
 
 
+class _LoopbackOnly(httpcore2.AsyncNetworkBackend):
+    """Records every connection attempt; connects to loopback, refuses anything else unsent.
+
+    ``redirect`` sends a connection aimed at one loopback address to another one (a NAT or a
+    raced socket handing over a peer that was never checked).
+    """
+
+    def __init__(self, redirect: dict[str, tuple[str, int]] | None = None) -> None:
+        self.calls: list[str] = []
+        self._real = httpcore2.AnyIOBackend()
+        self._redirect = redirect or {}
+
+    async def connect_tcp(self, host: str, port: int, *args: Any, **kw: Any) -> Any:
+        self.calls.append(host)
+        if not ipaddress.ip_address(host).is_loopback:
+            raise httpcore2.ConnectError("the test double never leaves the machine")
+        host, port = self._redirect.get(host, (host, port))
+        return await self._real.connect_tcp(host, port, *args, **kw)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [["10.0.0.7", "127.0.0.1"], ["169.254.169.254", "fd00::7", "127.0.0.1"]],
+)
+async def test_a_mixed_answer_connects_only_to_its_allowed_addresses(
+    site: Site, answer: list[str]
+) -> None:
+    """One allowed and one refused address: the refused one is never tried, even first."""
+
+    async def resolve(host: str, port: int) -> list[str]:
+        return answer
+
+    site.route("/", body=b"allowed")
+    inner = _LoopbackOnly()
+    backend = _GuardedBackend(NetworkPolicy(allowed_networks=LOCAL), inner=inner, resolve=resolve)
+    async with _client_on(backend) as client:
+        response = await client.get(f"http://mixed.test:{_port(site)}/")
+    assert response.text == "allowed"
+    assert inner.calls == ["127.0.0.1"]
+
+
+async def test_a_connection_to_another_peer_than_the_checked_one_is_refused(
+    site: Site, other: Site
+) -> None:
+    """The socket's peer is compared with the checked address, so a hand-over is caught."""
+
+    async def resolve(host: str, port: int) -> list[str]:
+        return ["127.0.0.1"]
+
+    site.route("/", body=b"checked")
+    other.route("/", body=b"never checked")
+    inner = _LoopbackOnly(redirect={"127.0.0.1": ("127.0.0.2", _port(other))})
+    backend = _GuardedBackend(NetworkPolicy(allowed_networks=LOCAL), inner=inner, resolve=resolve)
+    async with _client_on(backend) as client:
+        with pytest.raises(BlockedAddressError, match=r"connected to .*127\.0\.0\.2.*not the"):
+            await client.get(f"http://peer.test:{_port(site)}/")
+    assert inner.calls == ["127.0.0.1"]
+    assert other.seen == [] and site.seen == []
+
+
+class _NoPeer(httpcore2.AsyncNetworkStream):
+    """A connected stream that cannot say who its peer is."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def get_extra_info(self, info: str) -> Any:
+        return None
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+async def test_a_stream_without_a_peer_address_is_refused_and_closed() -> None:
+    stream = _NoPeer()
+
+    class Backend(httpcore2.AsyncNetworkBackend):
+        async def connect_tcp(self, host: str, port: int, *args: Any, **kw: Any) -> Any:
+            return stream
+
+    async def resolve(host: str, port: int) -> list[str]:
+        return ["127.0.0.1"]
+
+    backend = _GuardedBackend(
+        NetworkPolicy(allowed_networks=LOCAL), inner=Backend(), resolve=resolve
+    )
+    with pytest.raises(BlockedAddressError, match=r"not the checked 127\.0\.0\.1"):
+        await backend.connect_tcp("nopeer.test", 80)
+    assert stream.closed
+
+
 async def test_guarded_transport_refuses_names_that_resolve_to_loopback(site: Site) -> None:
     async with httpx2.AsyncClient(transport=guarded_transport()) as client:
         with pytest.raises(BlockedAddressError, match="loopback"):
