@@ -154,6 +154,23 @@ def test_ordinary_values_are_shown(name: str, value: str) -> None:
     assert not is_secret_variable(name, value)
 
 
+RANDOM_TOKEN = "Xk9mQ2vR7pL4wN8sT1bY6cZ3dF5hJ0qA"  # mixed case and digits, no repeats
+
+
+@pytest.mark.parametrize("length", range(24, 33))
+def test_a_random_looking_value_of_24_characters_or_more_is_masked_whole(length: int) -> None:
+    value = RANDOM_TOKEN[:length]
+    assert mask_value("BUILD", value) == f"****** (masked, {length} characters)"
+    assert is_secret_variable("BUILD", value)
+
+
+def test_a_random_looking_value_is_judged_whole_and_by_its_length() -> None:
+    assert mask_value("BUILD", RANDOM_TOKEN[:23]) == RANDOM_TOKEN[:23]  # too short to tell
+    assert mask_value("BUILD", f"  {RANDOM_TOKEN[:24]}\n") == "****** (masked, 27 characters)"
+    longest = (RANDOM_TOKEN * 32)[:1024]
+    assert mask_value("BUILD", longest) == "****** (masked, 1024 characters)"
+
+
 @pytest.mark.parametrize(
     "value",
     [
