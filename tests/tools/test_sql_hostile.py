@@ -121,6 +121,10 @@ def test_side_effecting_functions_are_refused_however_written(sql: str) -> None:
         ("SELECT 1 /* never /* closed */", "not closed"),
         ("SELECT (1", "parentheses"),
         ("SELECT 1) AS a, (SELECT 2", "parentheses"),
+        ("SELECT (1) AS a, 2) AS b, (3", "parentheses"),  # out of order after a closed pair
+        ("VALUES (1), )2(", "parentheses"),
+        ("SELECT ((1) AS a", "parentheses"),
+        ("SELECT (1)) AS a", "parentheses"),
         ("SELECT 1\0", "NUL"),
         ("SELECT " + "1, " * 40_000 + "1", "longer than 100000"),
     ],
