@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from fanloop import Agent, NullObserver, RetryPolicy, TerminationReason, Tool, tool
-from fanloop._resume import INTERRUPTED, receipt_matches
+from fanloop._resume import INTERRUPTED, receipt_matches, receipt_result
 from fanloop.errors import ProviderTimeout
 from fanloop.events import TextDelta
 from fanloop.messages import INVALID_ARGUMENTS_KEY, Message, ToolCallPart, ToolResultPart
@@ -193,6 +193,28 @@ def test_a_receipt_matches_only_its_own_call() -> None:
     )
     unhashable = ToolCallPart.model_construct(id="c1", name="transfer", arguments={"x": object()})
     assert not receipt_matches(unhashable, receipt())
+
+
+def test_only_a_committed_receipt_with_its_result_is_replayed() -> None:
+    """Receipts are read back from a store: a state the API never writes replays nothing."""
+    call_ = ToolCallPart(id="c1", name="transfer", arguments={})
+    part = ToolResultPart(call_id="c1", content="sent")
+    for status, result in [
+        ("committed", part),
+        ("started", part),
+        ("committed", None),
+        ("weird", part),
+        ("resolved_applied", None),
+        ("resolved_not_applied", None),
+    ]:
+        replayed = receipt_result(call_, SimpleNamespace(status=status, result=result))
+        if status == "committed" and result is not None:
+            assert replayed is part
+        elif status.startswith("resolved"):
+            assert replayed is not None and replayed.call_id == "c1"
+            assert replayed.is_error is (status == "resolved_not_applied")
+        else:
+            assert replayed is None, (status, result)
 
 
 # -- argument schemas ------------------------------------------------------------------------
