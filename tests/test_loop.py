@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 import statistics
 import time
 from typing import Any
@@ -236,6 +237,39 @@ async def test_retry_after_is_honoured_up_to_its_cap() -> None:
 
     capped = RetryPolicy(max_retries=1, base_delay=0.001, max_retry_after=0.05)
     assert capped.delay(1, RateLimited("x", retry_after=3600)) == 0.05
+
+
+def test_a_retry_after_of_zero_means_now() -> None:
+    """Pacing hands the wait to its cooldown by setting ``retry_after`` to 0: no backoff on top."""
+    policy = RetryPolicy(base_delay=2.0, max_delay=100.0, jitter=False)
+    assert policy.delay(3, RateLimited("x", retry_after=0)) == 0.0
+    assert policy.delay(3, RateLimited("x", retry_after=0.0)) == 0.0
+    assert policy.delay(3, RateLimited("x", retry_after=-1)) == 8.0  # nonsense: the backoff
+    assert policy.delay(3, RateLimited("x")) == 8.0
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"max_retries": -1}, "max_retries must be >= 0"),
+        ({"base_delay": -0.1}, "retry delays must be >= 0"),
+        ({"max_delay": -0.1}, "retry delays must be >= 0"),
+        ({"max_retry_after": -0.1}, "retry delays must be >= 0"),
+        ({"stream_idle_timeout": 0}, "stream_idle_timeout must be > 0 or None"),
+        ({"stream_idle_timeout": -1.0}, "stream_idle_timeout must be > 0 or None"),
+        ({"stream_idle_timeout": float("nan")}, "stream_idle_timeout must be > 0 or None"),
+    ],
+)
+def test_retry_policy_refuses_bad_values(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        RetryPolicy(**options)
+
+
+def test_retry_policy_accepts_its_edges() -> None:
+    edges = RetryPolicy(max_retries=0, base_delay=0, max_delay=0, max_retry_after=0)
+    assert edges.delay(1) == 0.0
+    assert RetryPolicy(max_delay=0.5, stream_idle_timeout=None).stream_idle_timeout is None
+    assert RetryPolicy(stream_idle_timeout=0.001).stream_idle_timeout == 0.001
 
 
 def test_backoff_grows_exponentially_with_equal_jitter_and_a_cap(
