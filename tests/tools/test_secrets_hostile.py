@@ -100,6 +100,42 @@ def test_only_the_secret_part_of_a_value_is_masked() -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        # the password of the URL that has one, however many URLs share the run
+        (
+            "see https://example.com/login?next=https://user:pw@host/x",
+            "see https://example.com/login?next=https://user:******@host/x",
+        ),
+        ("http://a/?x=http://u:pw@h/?y=ftp://z@w", "http://a/?x=http://u:******@w"),
+        ("http://u:pw@host/?r=ftp://x@y", "http://u:******@y"),
+        ("://u:pw@host", "://u:******@host"),
+        ("https://Xavier:pw@host", "https://Xavier:******@host"),
+        ("http://host:8080/path@", "http://host:******@"),  # a "/" may be in a password
+        # no password: nothing to hide, and nothing hidden across the whitespace
+        ("https://mastodon.social/@alice", "https://mastodon.social/@alice"),
+        ("https://user:@host/", "https://user:@host/"),
+        ("http://host:8080/path and mail me@example.com", None),
+        ("http://host:8080/ me:pw@x", None),
+    ],
+)
+def test_url_passwords_are_masked_exactly(text: str, shown: str | None) -> None:
+    assert redact(text) == (text if shown is None else shown)
+
+
+def test_a_masked_field_keeps_its_quotes_only() -> None:
+    assert redact("password=Xyz123 next") == "password=****** next"
+    assert redact('password="Xyz123" next') == 'password="******" next'
+    assert redact("password='Xyz123' next") == "password='******' next"
+
+
+def test_a_value_of_exactly_max_scan_characters_is_still_checked() -> None:
+    assert not contains_secret("a" * MAX_SCAN)
+    assert mask_value("X", "a" * MAX_SCAN) == "a" * MAX_SCAN
+    assert contains_secret("a" * (MAX_SCAN + 1))
+
+
+@pytest.mark.parametrize(
     "name",
     [
         "OPENAI_API_KEY",
