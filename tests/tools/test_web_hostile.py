@@ -27,7 +27,7 @@ import pytest
 
 from fanloop.errors import ToolError
 from fanloop.tools import DEFAULT_TOOLS, HttpRequestTool, WebFetchTool
-from fanloop.tools._netguard import _GuardedBackend, _GuardedTransport, parse_ip_host
+from fanloop.tools._netguard import _GuardedBackend, _GuardedTransport, _resolve, parse_ip_host
 from fanloop.tools.web import BlockedAddressError, NetworkPolicy, guarded_transport, html_to_text
 from heartbeat import heartbeat
 
@@ -53,8 +53,12 @@ class Site:
 
 
 @contextmanager
-def _serve(site: Site, host: str, wrap: ssl.SSLContext | None = None) -> Iterator[Site]:
+def _serve(
+    site: Site, host: str, wrap: ssl.SSLContext | None = None, protocol: str = "HTTP/1.0"
+) -> Iterator[Site]:
     class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = protocol  # HTTP/1.1 keeps connections alive
+
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
@@ -668,3 +672,116 @@ async def test_tls_verifies_and_names_the_host_while_connecting_to_the_checked_a
                 await tool.run(url=f"https://127.0.0.1:{_port(served)}/hello")
     assert names[0] == "pinned.test"
     assert len(tls.seen) == 1
+
+
+async def test_guarded_transport_verifies_tls_by_default(site: Site, tmp_path: Any) -> None:
+    """A certificate from an unknown CA is refused; trusting that CA (``verify=``) works."""
+    ca, leaf, key = _tls_pair("localhost")
+    (tmp_path / "leaf.pem").write_bytes(leaf + key)
+    server_side = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_side.load_cert_chain(tmp_path / "leaf.pem")
+    site.route("/hello", body=b"hello over TLS")
+    tls = Site(routes=site.routes)
+    policy = NetworkPolicy(allowed_hosts=["localhost"])
+    with _serve(tls, "127.0.0.1", wrap=server_side) as served:
+        url = f"https://localhost:{_port(served)}/hello"
+        async with httpx2.AsyncClient(transport=guarded_transport(policy)) as client:
+            with pytest.raises(httpx2.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+                await client.get(url)
+        trusting = ssl.create_default_context(cadata=ca.decode())
+        transport = guarded_transport(policy, verify=trusting)
+        async with httpx2.AsyncClient(transport=transport) as client:
+            assert (await client.get(url)).text == "hello over TLS"
+    assert len(tls.seen) == 1
+
+
+async def test_the_system_resolver_is_asked_for_the_host_itself() -> None:
+    assert await _resolve("127.0.0.2", 80) == ["127.0.0.2"]
+    assert "127.0.0.1" in await _resolve("localhost", 443)
+
+
+async def test_a_zoned_peer_address_is_the_checked_one() -> None:
+    """A link-local address carries its zone; both sides are compared without it."""
+    opened: list[str] = []
+
+    class Peer(httpcore2.AsyncNetworkStream):
+        def get_extra_info(self, info: str) -> Any:
+            return ("fe80::1%eth0", 80, 0, 2) if info == "server_addr" else None
+
+        async def aclose(self) -> None:
+            pass
+
+    class Backend(httpcore2.AsyncNetworkBackend):  # never connects anywhere
+        async def connect_tcp(self, host: str, port: int, *args: Any, **kw: Any) -> Any:
+            opened.append(host)
+            return Peer()
+
+    async def resolve(host: str, port: int) -> list[str]:
+        return ["fe80::1%eth0"]
+
+    backend = _GuardedBackend(NetworkPolicy(allow_private=True), inner=Backend(), resolve=resolve)
+    assert isinstance(await backend.connect_tcp("zoned.test", 80), Peer)
+    assert opened == ["fe80::1%eth0"]
+
+
+async def test_refusals_name_the_host_and_the_address() -> None:
+    with pytest.raises(BlockedAddressError) as by_name:
+        NetworkPolicy().check_url(httpx2.URL("http://api.localhost/"))
+    assert (by_name.value.host, by_name.value.address) == (
+        "api.localhost",
+        ipaddress.ip_address("127.0.0.1"),
+    )
+    backend = _GuardedBackend(NetworkPolicy(), inner=_NoConnect())
+    with pytest.raises(BlockedAddressError, match="Unix sockets") as unix:
+        await backend.connect_unix_socket("/run/docker.sock")
+    assert (unix.value.host, unix.value.address) == ("/run/docker.sock", None)
+    await backend.sleep(0.001)
+
+
+async def test_a_peer_refusal_names_the_host_and_the_checked_address() -> None:
+    class Elsewhere(httpcore2.AsyncNetworkStream):
+        def get_extra_info(self, info: str) -> Any:
+            return ("127.0.0.9", 80) if info == "server_addr" else None
+
+        async def aclose(self) -> None:
+            pass
+
+    class Backend(httpcore2.AsyncNetworkBackend):
+        async def connect_tcp(self, host: str, port: int, *args: Any, **kw: Any) -> Any:
+            return Elsewhere()
+
+    async def resolve(host: str, port: int) -> list[str]:
+        return ["127.0.0.1"]
+
+    policy = NetworkPolicy(allowed_networks=LOCAL)
+    backend = _GuardedBackend(policy, inner=Backend(), resolve=resolve)
+    with pytest.raises(BlockedAddressError) as caught:
+        await backend.connect_tcp("peer.test", 80)
+    assert (caught.value.host, caught.value.address) == (
+        "peer.test",
+        ipaddress.ip_address("127.0.0.1"),
+    )
+    assert str(caught.value) == (
+        "Refused peer.test: connected to ('127.0.0.9', 80), not the checked 127.0.0.1."
+    )
+
+
+async def test_kept_alive_connections_are_reused(site: Site) -> None:
+    """Each response gives its connection back to the pool: three requests, one connection."""
+    site.route("/", body=b"again")
+    inner = _LoopbackOnly()
+    backend = _GuardedBackend(NetworkPolicy(allowed_networks=LOCAL), inner=inner)
+    with _serve(Site(routes=site.routes), "127.0.0.1", protocol="HTTP/1.1") as kept:
+        async with _client_on(backend) as client:
+            for _ in range(3):
+                assert (await client.get(f"{kept.url}/")).text == "again"
+    assert inner.calls == ["127.0.0.1"]
+    assert len(kept.seen) == 3
+
+
+def test_network_policy_repr() -> None:
+    policy = NetworkPolicy(allowed_networks=["127.0.0.1"], allowed_hosts=["Wiki.corp.", "a"])
+    assert repr(policy) == (
+        "NetworkPolicy(allowed_networks=['127.0.0.1/32'], "
+        "allowed_hosts=['a', 'wiki.corp'], allow_private=False)"
+    )
