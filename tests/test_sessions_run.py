@@ -172,8 +172,17 @@ async def _open_turn(receipt: str) -> Session:
     ("receipt", "content", "is_error"),
     [
         ("committed", "charged 2 (then)", False),
-        ("resolved_applied", "The operator confirmed this call took effect", False),
-        ("resolved_not_applied", "The operator confirmed this call did not take effect", True),
+        (
+            "resolved_applied",
+            "The operator confirmed this call took effect; its output was lost.",
+            False,
+        ),
+        (
+            "resolved_not_applied",
+            "The operator confirmed this call did not take effect. Call it again if it is "
+            "still needed.",
+            True,
+        ),
     ],
 )
 async def test_resume_answers_each_open_call_from_its_receipt(
@@ -198,7 +207,7 @@ async def test_resume_answers_each_open_call_from_its_receipt(
     k0, k1, k2 = answered
     assert k0 == ToolResultPart(call_id="k0", content=INTERRUPTED, is_error=True)
     assert k1 == ToolResultPart(call_id="k1", content="charged 1 (then)")
-    assert k2.content.startswith(content) and k2.is_error is is_error  # type: ignore[union-attr]
+    assert k2 == ToolResultPart(call_id="k2", content=content, is_error=is_error)
     assert provider.requests[0].messages[-1] == session.messages[2]
 
 
