@@ -732,9 +732,10 @@ async def test_refusals_name_the_host_and_the_address() -> None:
         ipaddress.ip_address("127.0.0.1"),
     )
     backend = _GuardedBackend(NetworkPolicy(), inner=_NoConnect())
-    with pytest.raises(BlockedAddressError, match="Unix sockets") as unix:
+    with pytest.raises(BlockedAddressError) as unix:
         await backend.connect_unix_socket("/run/docker.sock")
     assert (unix.value.host, unix.value.address) == ("/run/docker.sock", None)
+    assert str(unix.value) == "Refused: Unix sockets are not reachable."
     await backend.sleep(0.001)
 
 
@@ -784,4 +785,59 @@ def test_network_policy_repr() -> None:
     assert repr(policy) == (
         "NetworkPolicy(allowed_networks=['127.0.0.1/32'], "
         "allowed_hosts=['a', 'wiki.corp'], allow_private=False)"
+    )
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["127.0.0.1.0", "1.2.3.4.5", "127.0.0.256", "127.0.65536", "127.16777216", "4294967296"],
+)
+def test_ip_spellings_the_resolver_refuses_are_not_addresses(host: str) -> None:
+    assert parse_ip_host(host) is None
+
+
+@pytest.mark.parametrize(
+    ("host", "ip"),
+    [
+        ("0x0000000000007f.1", "127.0.0.1"),  # leading zeros do not count toward the length
+        ("0000000000000177.0.0.1", "127.0.0.1"),
+        ("127.0.0.255", "127.0.0.255"),
+        ("127.0.65535", "127.0.255.255"),
+        ("4294967295", "255.255.255.255"),
+    ],
+)
+def test_ip_spellings_at_their_limits_are_addresses(host: str, ip: str) -> None:
+    assert parse_ip_host(host) == ipaddress.ip_address(ip)
+
+
+@pytest.mark.parametrize(
+    ("address", "kind"),
+    [
+        ("127.0.0.1", "a loopback address (the machine itself)"),
+        ("::ffff:127.0.0.1", "a loopback address (the machine itself)"),
+        ("0.0.0.0", "the unspecified address (the machine itself)"),
+        ("169.254.169.254", "a link-local address (such as a cloud metadata endpoint)"),
+        ("224.0.0.1", "a multicast address"),
+        ("100.64.0.1", "a shared (carrier-grade NAT) address"),
+        ("10.0.0.1", "a private network address"),
+        ("192.88.99.1", "a reserved or special-purpose address"),  # the old 6to4 relays
+    ],
+)
+def test_a_refusal_says_what_kind_of_address_it_is(address: str, kind: str) -> None:
+    with pytest.raises(BlockedAddressError) as caught:
+        NetworkPolicy().check_address(address, ipaddress.ip_address(address))
+    assert str(caught.value) == (
+        f"Refused to connect to {address}: it is {kind}, which is not allowed. This tool "
+        "reaches public internet addresses only; loopback, private, link-local and other "
+        "special addresses are blocked unless the host application allows them "
+        "(NetworkPolicy)."
+    )
+
+
+def test_a_loopback_name_is_refused_as_one() -> None:
+    with pytest.raises(BlockedAddressError) as caught:
+        NetworkPolicy().check_url(httpx2.URL("http://localhost/"))
+    assert str(caught.value).startswith(
+        "Refused to connect to localhost: it is a loopback name (the machine itself), which "
+        "is not allowed."
     )
