@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 import httpcore2
 import httpx2
 import pytest
@@ -824,8 +825,10 @@ def test_ip_spellings_at_their_limits_are_addresses(host: str, ip: str) -> None:
     ],
 )
 def test_a_refusal_says_what_kind_of_address_it_is(address: str, kind: str) -> None:
+    ip = ipaddress.ip_address(address)
     with pytest.raises(BlockedAddressError) as caught:
-        NetworkPolicy().check_address(address, ipaddress.ip_address(address))
+        NetworkPolicy().check_address(address, ip)
+    assert (caught.value.host, caught.value.address) == (address, ip)
     assert str(caught.value) == (
         f"Refused to connect to {address}: it is {kind}, which is not allowed. This tool "
         "reaches public internet addresses only; loopback, private, link-local and other "
@@ -841,3 +844,95 @@ def test_a_loopback_name_is_refused_as_one() -> None:
         "Refused to connect to localhost: it is a loopback name (the machine itself), which "
         "is not allowed."
     )
+
+
+@pytest.mark.parametrize(
+    ("host", "ip"),
+    [
+        ("[::1]", "::1"),
+        ("[fe80::1%25eth0]", "fe80::1%eth0"),
+        ("[FE80::1%25eth0]", "fe80::1%eth0"),
+        ("[fe80::1%25]", "fe80::1"),  # a zone the parser refuses is dropped, not the address
+        ("[fe80::1%25a%25b]", "fe80::1"),
+    ],
+)
+def test_ipv6_hosts_are_read_exactly(host: str, ip: str) -> None:
+    assert parse_ip_host(host) == ipaddress.ip_address(ip)
+
+
+@pytest.mark.parametrize("host", ["[::1", "::1]", "[]"])
+def test_half_bracketed_hosts_are_not_addresses(host: str) -> None:
+    assert parse_ip_host(host) is None
+
+
+def test_reserved_ipv6_space_is_not_public() -> None:
+    """``4000::/3`` is not allocated: ``is_global`` says yes, ``is_reserved`` says no."""
+    assert not NetworkPolicy().allows(ipaddress.ip_address("4000::1"))
+    assert NetworkPolicy().allows(ipaddress.ip_address("2606:4700::1111"))
+
+
+def test_network_policy_options_are_read_leniently_and_checked() -> None:
+    policy = NetworkPolicy(allowed_networks=["127.0.0.1/8"])  # host bits set: the /8 is meant
+    assert policy.allows(ipaddress.ip_address("127.5.5.5"))
+    with pytest.raises(TypeError) as caught:
+        NetworkPolicy(allowed_hosts="localhost")  # type: ignore[arg-type]
+    assert str(caught.value) == "allowed_networks and allowed_hosts take a list, not one string"
+
+
+async def test_connection_failures_try_every_allowed_address_and_say_why() -> None:
+    seen: list[tuple[str, int]] = []
+    answers: dict[str, list[str]] = {"two.test": ["127.0.0.1", "127.0.0.2"], "none.test": []}
+
+    async def resolve(host: str, port: int) -> list[str]:
+        seen.append((host, port))
+        if host == "nx.test":
+            raise OSError("no such host")
+        return answers[host]
+
+    inner = _NoConnect()
+    policy = NetworkPolicy(allowed_networks=["127.0.0.0/8"])
+    backend = _GuardedBackend(policy, inner=inner, resolve=resolve)
+    with pytest.raises(httpcore2.ConnectError) as refused:
+        await backend.connect_tcp("two.test", 8080)
+    assert str(refused.value) == "the test double never connects"  # the last real error
+    assert inner.calls == ["127.0.0.1", "127.0.0.2"]
+    for host, message in [
+        ("nx.test", "cannot resolve nx.test: no such host"),
+        ("none.test", "cannot resolve none.test: no addresses"),
+    ]:
+        with pytest.raises(httpcore2.ConnectError) as caught:
+            await backend.connect_tcp(host, 8080)
+        assert str(caught.value) == message
+    assert seen == [("two.test", 8080), ("nx.test", 8080), ("none.test", 8080)]
+
+
+async def test_a_resolver_that_never_answers_is_a_connect_timeout() -> None:
+    async def stuck(host: str, port: int) -> list[str]:
+        await anyio.Event().wait()
+        raise AssertionError("unreachable")
+
+    backend = _GuardedBackend(NetworkPolicy(), inner=_NoConnect(), resolve=stuck)
+    with anyio.fail_after(5), pytest.raises(httpcore2.ConnectTimeout) as caught:
+        await backend.connect_tcp("slow.test", 80, timeout=0.2)
+    assert str(caught.value) == "connecting to slow.test timed out"
+
+
+async def test_request_timeouts_and_response_details_pass_through(site: Site) -> None:
+    """The request's timeout reaches the pool; the response keeps its reason and version."""
+    hold = threading.Event()
+
+    def hang(_: Any) -> Reply:
+        hold.wait(10)
+        return 200, {}, b"late"
+
+    site.routes["/hang"] = hang
+    site.route("/fine", body=b"ok", reason="Fine Thanks")
+    backend = _GuardedBackend(NetworkPolicy(allowed_networks=LOCAL))
+    try:
+        async with _client_on(backend) as client:
+            response = await client.get(f"{site.url}/fine")
+            assert (response.reason_phrase, response.http_version) == ("Fine Thanks", "HTTP/1.0")
+            with anyio.fail_after(5), pytest.raises(httpx2.ReadTimeout):
+                await client.get(f"{site.url}/hang", timeout=0.3)
+    finally:
+        hold.set()
