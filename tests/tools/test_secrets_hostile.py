@@ -203,8 +203,31 @@ def test_a_random_looking_value_of_24_characters_or_more_is_masked_whole(length:
 def test_a_random_looking_value_is_judged_whole_and_by_its_length() -> None:
     assert mask_value("BUILD", RANDOM_TOKEN[:23]) == RANDOM_TOKEN[:23]  # too short to tell
     assert mask_value("BUILD", f"  {RANDOM_TOKEN[:24]}\n") == "****** (masked, 27 characters)"
-    longest = (RANDOM_TOKEN * 32)[:1024]
-    assert mask_value("BUILD", longest) == "****** (masked, 1024 characters)"
+    for length in (1024, 1025, 1624, MAX_SCAN):  # 1624: a base64 RSA-2048 key, no PEM lines
+        value = (RANDOM_TOKEN * 3000)[:length]
+        assert mask_value("BUILD", value) == f"****** (masked, {length} characters)"
+        assert contains_secret(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "/" + RANDOM_TOKEN,  # a path
+        "." + RANDOM_TOKEN,
+        RANDOM_TOKEN[:24] + "!",  # not a token's alphabet
+        RANDOM_TOKEN[:12] + "#" + RANDOM_TOKEN[12:24],
+        "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIU\n-----END CERTIFICATE-----",
+        "the PRIVATE KEY file is /etc/ssl/private/site.key",
+    ],
+)
+def test_values_that_only_look_like_secrets_are_shown(value: str) -> None:
+    assert mask_value("BUILD", value) == value
+
+
+def test_a_private_key_is_masked_whole_wherever_it_starts() -> None:
+    pem = "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIBkg\n-----END EC PRIVATE KEY-----"
+    for value in (pem, f"key:\n{pem}", f"{pem}\n# rotated yearly"):
+        assert mask_value("BUILD", value) == f"****** (masked, {len(value)} characters)"
 
 
 @pytest.mark.parametrize(
