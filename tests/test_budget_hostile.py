@@ -594,6 +594,19 @@ def test_output_allowance_clamps_holds_and_never_refuses() -> None:
     unwatched = Budget(Limits())
     assert unwatched.output_allowance(50, UNPRICED).output_tokens == 50
     assert unwatched.outstanding == 0
+    priced = Budget(Limits(max_cost_usd=0.015))
+    assert priced.output_allowance(5000, TEST_PRICED).output_tokens == 1000
+
+
+def test_tool_calls_are_granted_up_to_the_limit_and_never_past_it() -> None:
+    budget = Budget(Limits(max_tool_calls=3))
+    assert [budget.take_tool_calls(2), budget.take_tool_calls(2), budget.take_tool_calls(1)] == [
+        2,
+        1,
+        0,
+    ]
+    assert budget.tool_calls == 3
+    assert Budget(Limits()).take_tool_calls(50) == 50
 
 
 # -- settling: charging, pricing, calibrating -----------------------------------------------
@@ -606,7 +619,7 @@ def test_usage_of_a_model_without_a_price_marks_the_cost_unknown() -> None:
     charged(budget, UNPRICED)  # no tokens: nothing to price
     assert budget.priced
     charged(budget, UNPRICED, output_tokens=1)
-    assert not budget.priced
+    assert budget.priced is False
     assert budget.cost_usd == pytest.approx(0.003)
 
 
