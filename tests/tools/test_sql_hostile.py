@@ -31,6 +31,7 @@ from fanloop.tools import SqlQueryTool, SqlSchemaTool
 from fanloop.tools._blocking import Stop
 from fanloop.tools._sql_check import (
     MAX_STATEMENT_CHARS,
+    Dialect,
     Token,
     check_statement,
     leading_command,
@@ -217,6 +218,59 @@ def test_refusals_word_for_word(sql: str, message: str) -> None:
     assert str(caught.value).startswith(message)
 
 
+PRAGMA_LIST = (
+    "sql_query only runs reading pragmas (foreign_key_check, foreign_key_list, index_info, "
+    "index_list, index_xinfo, integrity_check, quick_check, table_info, table_list, "
+    "table_xinfo with an argument, or a setting's name)."
+)
+
+
+@pytest.mark.parametrize(
+    ("sql", "dialect", "message"),
+    [
+        (
+            "WITH x AS (DELETE FROM t RETURNING *) SELECT * INTO y FROM x",
+            "postgres",
+            "sql_query only runs read-only statements; this one contains DELETE, INTO (a column "
+            'of such a name must be quoted: "name").',
+        ),
+        (
+            "SELECT pg_sleep(1)",
+            "postgres",
+            "sql_query refused the statement: it calls pg_sleep(), which changes server or "
+            "session state, reads server files or runs other SQL; sql_query only reads rows.",
+        ),
+        (
+            "SELECT 1 FROM t FOR SHARE",
+            "postgres",
+            "sql_query refused the statement: FOR UPDATE / FOR SHARE take row locks; sql_query "
+            "only reads.",
+        ),
+        ("PRAGMA a = 1", "sqlite", "PRAGMA assignments change settings; sql_query only reads."),
+        ("PRAGMA optimize", "sqlite", f"PRAGMA optimize may change a setting; {PRAGMA_LIST}"),
+        ("PRAGMA", "sqlite", f"PRAGMA  may change a setting; {PRAGMA_LIST}"),
+        ("PRAGMA main.optimize", "sqlite", f"PRAGMA optimize may change a setting; {PRAGMA_LIST}"),
+    ],
+)
+def test_whole_refusals(sql: str, dialect: Dialect, message: str) -> None:
+    with pytest.raises(ToolError) as caught:
+        check_statement(sql, dialect)
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "PRAGMA main.user_version",  # a schema-qualified setting
+        "PRAGMA main.table_info(users)",
+        'PRAGMA "table_info"(users)',  # the pragma's name quoted
+        "PRAGMA table_info('users')",
+    ],
+)
+def test_reading_pragmas_pass_however_written(sql: str) -> None:
+    assert check_statement(sql, "sqlite").command == "PRAGMA"
+
+
 def test_a_statement_of_exactly_the_longest_length_is_checked() -> None:
     longest = "SELECT 1".ljust(MAX_STATEMENT_CHARS)
     assert check_statement(longest, "postgres").text == "SELECT 1"
@@ -248,6 +302,7 @@ def test_tokenize_reads_postgres_by_default() -> None:
     ("sql", "postgres", "sqlite"),
     [
         ("  select 1", "SELECT", "SELECT"),
+        ("-- note\rSELECT 1", "SELECT", ""),  # a lone CR ends a comment in PostgreSQL only
         ("-- note\n\tWITH x AS (SELECT 1) TABLE x", "WITH", "WITH"),
         ("/* a /* nested */ b */ SELECT 1", "SELECT", "B"),  # SQLite does not nest comments
         ("/* never closed", "", ""),
