@@ -224,6 +224,25 @@ def test_values_that_only_look_like_secrets_are_shown(value: str) -> None:
     assert mask_value("BUILD", value) == value
 
 
+@pytest.mark.parametrize(
+    ("value", "masked"),
+    [
+        # The class switches must reach 40% of the gaps between characters.
+        ("ABCdef12GHIjk34LMNop56QRst", True),  # 10 switches in 25 gaps: exactly 40%
+        ("ABCdef12GHIjk34LMNop56QRstu", False),  # 10 in 26: under
+        # Upper case, lower case and digits must all be there.
+        ("A1B2C3D4E5F6G7H8J9K0L1M2", False),
+        # The character entropy must reach 3.5 bits.
+        ("A1aE2eB1bE2eC1cE2eD1dE2eAbBcCdDa", True),  # 8 symbols twice, 4 four times: 3.5 bits
+        ("aB3cD5eF7gH9aB3cD5eF7gH9", True),  # 12 symbols twice: 3.58 bits
+        ("aA1aA1aA1aA1aA1aA1aA1aA1aA1", False),  # 3 symbols: 1.58 bits
+    ],
+)
+def test_what_reads_as_random_at_each_threshold(value: str, masked: bool) -> None:
+    shown = mask_value("BUILD", value)
+    assert shown == (f"****** (masked, {len(value)} characters)" if masked else value)
+
+
 def test_a_private_key_is_masked_whole_wherever_it_starts() -> None:
     pem = "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIBkg\n-----END EC PRIVATE KEY-----"
     for value in (pem, f"key:\n{pem}", f"{pem}\n# rotated yearly"):
