@@ -936,3 +936,70 @@ async def test_request_timeouts_and_response_details_pass_through(site: Site) ->
                 await client.get(f"{site.url}/hang", timeout=0.3)
     finally:
         hold.set()
+
+
+class _Counted(httpcore2.AsyncNetworkStream):
+    """A stream that tells its backend when it is closed."""
+
+    def __init__(self, inner: httpcore2.AsyncNetworkStream, closed: list[object]) -> None:
+        self._inner, self._closed = inner, closed
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return await self._inner.read(max_bytes, timeout)
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        await self._inner.write(buffer, timeout)
+
+    async def aclose(self) -> None:
+        self._closed.append(self)
+        await self._inner.aclose()
+
+    async def start_tls(self, *args: Any, **kw: Any) -> httpcore2.AsyncNetworkStream:
+        raise AssertionError("plain HTTP only")
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+async def test_the_guarded_pool_caps_its_connections() -> None:
+    """At most 20 connections at once, and at most 10 kept alive afterwards."""
+    arrived, release = threading.Event(), threading.Event()
+    count = [0]
+    lock = threading.Lock()
+
+    def hold(_: Any) -> Reply:
+        with lock:
+            count[0] += 1
+            if count[0] == 20:
+                arrived.set()
+        release.wait(10)
+        return 200, {}, b"done"
+
+    opened: list[str] = []
+    closed: list[object] = []
+
+    class Backend(_LoopbackOnly):
+        async def connect_tcp(self, host: str, port: int, *args: Any, **kw: Any) -> Any:
+            opened.append(host)
+            return _Counted(await super().connect_tcp(host, port, *args, **kw), closed)
+
+    backend = _GuardedBackend(NetworkPolicy(allowed_networks=LOCAL), inner=Backend())
+    bodies: list[str] = []
+    with _serve(Site(routes={"/hold": hold}), "127.0.0.1", protocol="HTTP/1.1") as kept:
+        try:
+            async with _client_on(backend) as client:
+
+                async def fetch() -> None:
+                    bodies.append((await client.get(f"{kept.url}/hold", timeout=30)).text)
+
+                async with anyio.create_task_group() as tg:
+                    for _ in range(25):
+                        tg.start_soon(fetch)
+                    assert await anyio.to_thread.run_sync(arrived.wait, 10)
+                    await anyio.wait_all_tasks_blocked()
+                    assert len(opened) == 20  # the other five wait for a free connection
+                    release.set()
+                assert bodies == ["done"] * 25
+                assert (len(opened), len(closed)) == (20, 10)  # ten idle ones kept
+        finally:
+            release.set()
