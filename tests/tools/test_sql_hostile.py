@@ -246,6 +246,18 @@ PRAGMA_LIST = (
             "sql_query refused the statement: FOR UPDATE / FOR SHARE take row locks; sql_query "
             "only reads.",
         ),
+        (
+            '"SELECT" 1',  # a quoted identifier is not a command
+            "postgres",
+            "sql_query only runs read-only statements (EXPLAIN, SELECT, SHOW, TABLE, VALUES, "
+            "WITH); this one starts with '\"SELECT\"'.",
+        ),
+        (
+            "'SELECT' 1",
+            "postgres",
+            "sql_query only runs read-only statements (EXPLAIN, SELECT, SHOW, TABLE, VALUES, "
+            "WITH); this one starts with \"'SELECT'\".",
+        ),
         ("PRAGMA a = 1", "sqlite", "PRAGMA assignments change settings; sql_query only reads."),
         ("PRAGMA optimize", "sqlite", f"PRAGMA optimize may change a setting; {PRAGMA_LIST}"),
         ("PRAGMA", "sqlite", f"PRAGMA  may change a setting; {PRAGMA_LIST}"),
