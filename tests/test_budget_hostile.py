@@ -16,9 +16,9 @@ import anyio
 import pytest
 
 from fanloop import Agent, Hooks, Limits, RetryPolicy, TerminationReason, Tool, ToolResult
-from fanloop.catalog import cost_of
+from fanloop.catalog import ModelInfo, cost_of, register_model
 from fanloop.errors import Overloaded
-from fanloop.limits import Budget, estimate_input, text_tokens
+from fanloop.limits import Budget, InputEstimate, Reservation, estimate_input, text_tokens
 from fanloop.messages import Message, ToolCallPart, ToolResultPart
 from fanloop.providers import FallbackProvider, ModelRequest, StopReason, Usage
 from fanloop.testing import ScriptedProvider, call, reply
@@ -638,3 +638,254 @@ async def test_no_fallback_is_asked_once_a_siblings_report_spent_the_budget(
     assert asked == {"primary": 1, "backup": 0}  # before: the backup was asked
     by_id = {r.call_id: r.content for r in results_of(result.messages)}
     assert by_id["f"].startswith("The sub-agent stopped early (token_budget: input token")
+
+
+# == the account's arithmetic at its edges ==================================================
+# These call Budget directly, so each limit is checked one token (or one millionth of a
+# dollar) either side of where it bites, and a call in flight either waits for room or is
+# refused at once.
+
+register_model("test-priced", ModelInfo(context_window=10**6, input_price=3.0, output_price=15.0))
+register_model("test-cheap-output", ModelInfo(context_window=10**6, output_price=0.5))
+register_model("test-free-output", ModelInfo(context_window=10**6, input_price=3.0))
+TEST_PRICED, UNPRICED = "test-priced", "test-unpriced-model"
+TOKEN = TerminationReason.TOKEN_BUDGET
+COST = TerminationReason.COST_BUDGET
+
+
+def est(tokens: int, measured: int = 0) -> InputEstimate:
+    return InputEstimate(tokens, tokens, measured)
+
+
+def charged(budget: Budget, model: str = UNPRICED, **usage: int) -> None:
+    budget.settle(None, Usage(**usage), model)
+
+
+def granted(result: Any) -> Reservation:
+    assert isinstance(result, Reservation), result
+    return result
+
+
+# -- each limit, one token either side -------------------------------------------------------
+
+
+async def test_input_tokens_fit_to_the_last_one() -> None:
+    limits = Limits(max_input_tokens=100)
+    assert granted(await Budget(limits).reserve(est(100), 10, UNPRICED)).input_tokens == 100
+    assert await Budget(limits).reserve(est(101), 10, UNPRICED) == (
+        TOKEN,
+        "input token budget too small for the next model call (it needs about 101 input "
+        "tokens; 100 of 100 left)",
+    )
+    overspent = Budget(limits)
+    charged(overspent, input_tokens=150)
+    assert await overspent.reserve(est(1), 10, UNPRICED) == (
+        TOKEN,
+        "input token budget too small for the next model call (it needs about 1 input "
+        "tokens; 0 of 100 left)",
+    )
+
+
+async def test_output_tokens_are_clamped_to_what_is_left() -> None:
+    budget = Budget(Limits(max_output_tokens=100))
+    first = granted(await budget.reserve(est(0), 30, UNPRICED))
+    second = granted(await budget.reserve(est(0), 100, UNPRICED))
+    assert (first.output_tokens, second.output_tokens) == (30, 70)  # beside the one in flight
+    assert (budget.outstanding, budget.reserved_output) == (2, 100)
+    assert (first.cost_usd, second.cost_usd) == (0.0, 0.0)  # no cost limit: nothing priced
+
+    last = Budget(Limits(max_output_tokens=100))
+    charged(last, output_tokens=99)
+    assert granted(await last.reserve(est(0), 50, UNPRICED)).output_tokens == 1
+    none_left = Budget(Limits(max_output_tokens=100))
+    charged(none_left, output_tokens=100)
+    assert await none_left.reserve(est(0), 50, UNPRICED) == (
+        TOKEN,
+        "output token budget spent (100 used and 0 reserved of 100)",
+    )
+
+
+async def test_total_tokens_leave_room_for_some_output() -> None:
+    limits = Limits(max_total_tokens=100)
+    assert granted(await Budget(limits).reserve(est(40), 1000, UNPRICED)).output_tokens == 60
+    assert granted(await Budget(limits).reserve(est(99), 1000, UNPRICED)).output_tokens == 1
+    assert await Budget(limits).reserve(est(100), 1000, UNPRICED) == (
+        TOKEN,
+        "token budget too small for the next model call (it needs about 100 input tokens "
+        "and some output; 100 of 100 left)",
+    )
+    overspent = Budget(limits)
+    charged(overspent, input_tokens=70, output_tokens=50)
+    denial = await overspent.reserve(est(1), 10, UNPRICED)
+    assert isinstance(denial, tuple) and denial[1].endswith("; 0 of 100 left)")
+
+
+# -- the cost limit, one millionth of a dollar either side ----------------------------------
+
+
+async def test_the_output_allowance_is_what_the_dollars_left_buy() -> None:
+    small = granted(await Budget(Limits(max_cost_usd=0.015)).reserve(est(0), 5000, TEST_PRICED))
+    assert small.output_tokens == 1000  # $0.015 at $15 per million
+    assert small.cost_usd == pytest.approx(0.015, rel=1e-12)
+    large = Budget(Limits(max_cost_usd=15.0000075))
+    assert granted(await large.reserve(est(0), 10**7, TEST_PRICED)).output_tokens == 1_000_000
+    with_input = granted(
+        await Budget(Limits(max_cost_usd=0.5)).reserve(est(1000), 10**6, TEST_PRICED)
+    )
+    assert with_input.output_tokens == 33133  # ($0.5 - $0.003 of input) at $15 per million
+    assert with_input.cost_usd == pytest.approx(0.003 + 33133 * 15 / 1e6, rel=1e-12)
+    cheap = Budget(Limits(max_cost_usd=0.0001))
+    assert granted(await cheap.reserve(est(0), 1000, "test-cheap-output")).output_tokens == 200
+
+
+async def test_a_cost_limit_too_small_for_one_output_token_is_refused() -> None:
+    one = granted(await Budget(Limits(max_cost_usd=0.00002)).reserve(est(0), 50, TEST_PRICED))
+    assert one.output_tokens == 1
+    assert await Budget(Limits(max_cost_usd=0.00001)).reserve(est(0), 50, TEST_PRICED) == (
+        COST,
+        "cost budget too small for the next model call (its input alone may cost about "
+        "$0.0000, and its output more; $0.0000 of $0.0000 left)",
+    )
+    spent_some = Budget(Limits(max_cost_usd=1.0))
+    charged(spent_some, TEST_PRICED, input_tokens=250_000)  # $0.75
+    assert await spent_some.reserve(est(100_000), 50, TEST_PRICED) == (
+        COST,
+        "cost budget too small for the next model call (its input alone may cost about "
+        "$0.3000, and its output more; $0.2500 of $1.0000 left)",
+    )
+
+
+async def test_free_output_is_limited_by_the_input_alone() -> None:
+    exact = granted(
+        await Budget(Limits(max_cost_usd=0.003)).reserve(est(1000), 50, "test-free-output")
+    )
+    assert (exact.output_tokens, exact.cost_usd) == (50, pytest.approx(0.003))
+    over = await Budget(Limits(max_cost_usd=0.002)).reserve(est(1000), 50, "test-free-output")
+    assert isinstance(over, tuple) and over[0] is COST
+    unpriced = granted(await Budget(Limits(max_cost_usd=0.001)).reserve(est(10**6), 50, UNPRICED))
+    assert (unpriced.output_tokens, unpriced.cost_usd) == (50, 0.0)  # cannot be held ahead
+
+
+# -- calls in flight: wait for room, or refuse what can never fit ----------------------------
+
+
+async def _waits_then_fits(budget: Budget, holder: Reservation, call: Any) -> Reservation:
+    """``call`` must wait while ``holder`` is held, and be granted once it settles."""
+    results: list[Any] = []
+
+    async def attempt() -> None:
+        results.append(await call())
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(attempt)
+        await anyio.wait_all_tasks_blocked()
+        assert results == []  # waiting for room, not refused
+        budget.settle(holder, Usage(), UNPRICED)
+    return granted(results[0])
+
+
+async def test_a_call_that_fits_alone_to_the_last_input_token_waits() -> None:
+    budget = Budget(Limits(max_input_tokens=100))
+    holder = granted(await budget.reserve(est(50), 1, UNPRICED))
+    later = await _waits_then_fits(budget, holder, lambda: budget.reserve(est(100), 1, UNPRICED))
+    assert later.input_tokens == 100
+
+
+async def test_a_call_that_fits_alone_to_the_last_output_token_waits() -> None:
+    budget = Budget(Limits(max_output_tokens=100))
+    charged(budget, output_tokens=99)
+    holder = granted(await budget.reserve(est(0), 1, UNPRICED))
+    later = await _waits_then_fits(budget, holder, lambda: budget.reserve(est(0), 5, UNPRICED))
+    assert later.output_tokens == 1
+
+
+async def test_a_call_that_fits_alone_in_the_cost_limit_waits() -> None:
+    budget = Budget(Limits(max_cost_usd=0.5))
+    holder = granted(await budget.reserve(est(0), 20_000, TEST_PRICED))  # $0.30 held
+    later = await _waits_then_fits(
+        budget, holder, lambda: budget.reserve(est(70_000), 20_000, TEST_PRICED)
+    )
+    assert later.output_tokens == 19_333  # ($0.5 - $0.21 of input) at $15 per million
+
+
+async def test_a_call_that_cannot_fit_even_alone_is_refused_at_once() -> None:
+    budget = Budget(Limits(max_input_tokens=100))
+    granted(await budget.reserve(est(50), 1, UNPRICED))
+    with anyio.fail_after(5):
+        denial = await budget.reserve(est(101), 1, UNPRICED)
+    assert denial == (
+        TOKEN,
+        "input token budget too small for the next model call (it needs about 101 input "
+        "tokens; 100 of 100 left)",  # what is left once the call in flight settles
+    )
+
+
+def test_output_allowance_clamps_holds_and_never_refuses() -> None:
+    budget = Budget(Limits(max_output_tokens=100))
+    first = budget.output_allowance(150, UNPRICED)
+    second = budget.output_allowance(10, UNPRICED)
+    assert (first.output_tokens, second.output_tokens) == (100, 0)
+    assert (budget.outstanding, budget.reserved_output) == (2, 100)
+    budget.settle(first, None, UNPRICED)
+    budget.settle(second, None, UNPRICED)
+    assert (budget.outstanding, budget.reserved_output) == (0, 0)
+    unwatched = Budget(Limits())
+    assert unwatched.output_allowance(50, UNPRICED).output_tokens == 50
+    assert unwatched.outstanding == 0
+    priced = Budget(Limits(max_cost_usd=0.015))
+    assert priced.output_allowance(5000, TEST_PRICED).output_tokens == 1000
+
+
+def test_tool_calls_are_granted_up_to_the_limit_and_never_past_it() -> None:
+    budget = Budget(Limits(max_tool_calls=3))
+    assert [budget.take_tool_calls(2), budget.take_tool_calls(2), budget.take_tool_calls(1)] == [
+        2,
+        1,
+        0,
+    ]
+    assert budget.tool_calls == 3
+    assert Budget(Limits()).take_tool_calls(50) == 50
+
+
+# -- settling: charging, pricing, calibrating -----------------------------------------------
+
+
+def test_usage_of_a_model_without_a_price_marks_the_cost_unknown() -> None:
+    budget = Budget(Limits(max_cost_usd=1.0))
+    charged(budget, TEST_PRICED, input_tokens=1000)
+    assert budget.priced and budget.cost_usd == pytest.approx(0.003)
+    charged(budget, UNPRICED)  # no tokens: nothing to price
+    assert budget.priced
+    charged(budget, UNPRICED, output_tokens=1)
+    assert budget.priced is False
+    assert budget.cost_usd == pytest.approx(0.003)
+
+
+async def test_the_input_scale_learns_from_the_first_call_and_never_shrinks() -> None:
+    budget = Budget(Limits(max_input_tokens=10**6))
+
+    async def call(measured: int, seen: int) -> float:
+        reservation = granted(await budget.reserve(est(measured, measured), 1, UNPRICED))
+        assert reservation.measured == measured
+        budget.settle(reservation, Usage(input_tokens=seen), UNPRICED)
+        return budget.input_scale
+
+    assert await call(80, 120) == 1.5
+    assert await call(100, 100) == 1.5  # under the scale already learnt
+    assert await call(100, 150) == 1.5  # at it
+    assert await call(100, 160) == 1.6
+    assert await call(100, 10**5) == 2.0  # capped
+
+
+def test_the_estimate_uses_the_known_count_and_the_learnt_scale() -> None:
+    budget = Budget(Limits(max_input_tokens=10**6))
+    budget.input_scale = 1.5
+    request = ModelRequest(
+        system="Be brief.", messages=(Message.user("one " * 50), Message.user("two " * 50))
+    )
+    assert budget.estimate(request, 0, 0) == estimate_input(request, scale=1.5)
+    assert budget.estimate(request, 0, 0).tokens > estimate_input(request).tokens
+    known = budget.estimate(request, 500, 1)
+    assert known == estimate_input(request, known_tokens=500, known_messages=1)
+    assert known.tokens < estimate_input(request, known_tokens=500, known_messages=0).tokens
+    assert Budget(Limits(max_output_tokens=10)).estimate(request, 0, 0).tokens == 0

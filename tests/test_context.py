@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from fanloop import Agent, Hooks, Limits, TerminationReason, tool
 from fanloop._context import SUMMARY_HEADER, SUMMARY_PROMPT
 from fanloop.errors import ContextWindowExceeded
@@ -142,6 +144,27 @@ async def test_still_too_long_after_compaction_ends_with_context_exhausted() -> 
     assert result.termination_reason is TerminationReason.CONTEXT_EXHAUSTED
     assert pairs_intact(result.messages)
     assert result.messages[-1].role == "user"  # the history is intact and resumable
+
+
+@pytest.mark.parametrize(
+    ("length", "cut"), [(999, False), (1000, False), (1001, True), (5000, True)]
+)
+async def test_the_tool_result_cap_cuts_at_exactly_the_limit(length: int, cut: bool) -> None:
+    output = "".join(str(i % 10) for i in range(length))  # every cut point is visible
+
+    @tool
+    def dump() -> str:
+        """Dump a lot."""
+        return output
+
+    provider = ScriptedProvider([reply(tool_calls=[call("dump")]), "ok"])
+    result = await Agent(provider, tools=[dump], max_tool_result_chars=1000).run("go")
+    content = result.messages[2].content[0].content  # type: ignore[union-attr]
+    if not cut:
+        assert content == output
+        return
+    note = f"\n[... output truncated: {length - 1000} more characters not shown (limit 1000)]"
+    assert content == output[:1000] + note
 
 
 async def test_oversized_tool_results_are_cut_with_a_note() -> None:

@@ -7,17 +7,19 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
 import pytest
 
 from fanloop import Agent, NullObserver, RetryPolicy, TerminationReason, Tool, tool
+from fanloop._resume import INTERRUPTED, receipt_matches, receipt_result
 from fanloop.errors import ProviderTimeout
 from fanloop.events import TextDelta
 from fanloop.messages import INVALID_ARGUMENTS_KEY, Message, ToolCallPart, ToolResultPart
 from fanloop.providers import ModelRequest, ModelResponse, StopReason, Usage
-from fanloop.sessions import MemoryStore, SQLiteStore
+from fanloop.sessions import MemoryStore, SQLiteStore, arguments_hash
 from fanloop.testing import ScriptedProvider, call, reply
 from fanloop.tools import read_only_tools
 
@@ -147,6 +149,72 @@ async def test_resume_does_not_replay_a_receipt_written_for_a_different_call() -
     answered = [p for p in session.messages[-2].content if isinstance(p, ToolResultPart)]
     assert "sent 5 to alice" not in answered[0].content
     assert answered[0].is_error
+
+
+async def test_resume_does_not_replay_another_tools_receipt_with_the_same_arguments() -> None:
+    """Same call id, same arguments, another tool: a refund's result is no transfer's."""
+    ledger = Ledger()
+    session = await MemoryStore().open("s")
+    arguments = {"amount": 5, "to": "alice"}
+    await session.begin_effect(
+        turn=1, call=ToolCallPart(id="c1", name="refund", arguments=arguments)
+    )
+    await session.commit_effect("c1", ToolResultPart(call_id="c1", content="refunded 5 to alice"))
+    await session.append(Message.user("pay alice"))
+    await session.append(
+        Message(
+            role="assistant", content=(ToolCallPart(id="c1", name="transfer", arguments=arguments),)
+        )
+    )
+    agent = Agent(ScriptedProvider(["ok"]), tools=[ledger.tool()], auto_approve=True)
+    result = await agent.resume(session)
+    assert result.termination_reason is TerminationReason.COMPLETED
+    [answered] = [p for p in session.messages[-2].content if isinstance(p, ToolResultPart)]
+    assert answered.content == INTERRUPTED and answered.is_error
+    assert ledger.sent == []
+
+
+def test_a_receipt_matches_only_its_own_call() -> None:
+    call_ = ToolCallPart(id="c1", name="transfer", arguments={"amount": 5, "to": "alice"})
+
+    def receipt(**changes: Any) -> SimpleNamespace:
+        fields = {
+            "call_id": "c1",
+            "tool": "transfer",
+            "arguments_hash": arguments_hash(call_.arguments),
+        }
+        return SimpleNamespace(**{**fields, **changes})
+
+    assert receipt_matches(call_, receipt())
+    assert not receipt_matches(call_, receipt(call_id="c2"))
+    assert not receipt_matches(call_, receipt(tool="refund"))
+    assert not receipt_matches(
+        call_, receipt(arguments_hash=arguments_hash({"amount": 6, "to": "alice"}))
+    )
+    unhashable = ToolCallPart.model_construct(id="c1", name="transfer", arguments={"x": object()})
+    assert not receipt_matches(unhashable, receipt())
+
+
+def test_only_a_committed_receipt_with_its_result_is_replayed() -> None:
+    """Receipts are read back from a store: a state the API never writes replays nothing."""
+    call_ = ToolCallPart(id="c1", name="transfer", arguments={})
+    part = ToolResultPart(call_id="c1", content="sent")
+    for status, result in [
+        ("committed", part),
+        ("started", part),
+        ("committed", None),
+        ("weird", part),
+        ("resolved_applied", None),
+        ("resolved_not_applied", None),
+    ]:
+        replayed = receipt_result(call_, SimpleNamespace(status=status, result=result))
+        if status == "committed" and result is not None:
+            assert replayed is part
+        elif status.startswith("resolved"):
+            assert replayed is not None and replayed.call_id == "c1"
+            assert replayed.is_error is (status == "resolved_not_applied")
+        else:
+            assert replayed is None, (status, result)
 
 
 # -- argument schemas ------------------------------------------------------------------------

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import random
+import re
+import statistics
 import time
 from typing import Any
 
 import anyio
 import pytest
 
+import fanloop._retry
 from fanloop import Agent, Limits, NullObserver, RetryPolicy, TerminationReason, tool
 from fanloop.errors import (
     AuthenticationError,
@@ -235,13 +239,59 @@ async def test_retry_after_is_honoured_up_to_its_cap() -> None:
     assert capped.delay(1, RateLimited("x", retry_after=3600)) == 0.05
 
 
-def test_backoff_grows_exponentially_with_jitter_and_a_cap() -> None:
+def test_a_retry_after_of_zero_means_now() -> None:
+    """Pacing hands the wait to its cooldown by setting ``retry_after`` to 0: no backoff on top."""
+    policy = RetryPolicy(base_delay=2.0, max_delay=100.0, jitter=False)
+    assert policy.delay(3, RateLimited("x", retry_after=0)) == 0.0
+    assert policy.delay(3, RateLimited("x", retry_after=0.0)) == 0.0
+    assert policy.delay(3, RateLimited("x", retry_after=-1)) == 8.0  # nonsense: the backoff
+    assert policy.delay(3, RateLimited("x")) == 8.0
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"max_retries": -1}, "max_retries must be >= 0"),
+        ({"base_delay": -0.1}, "retry delays must be >= 0"),
+        ({"max_delay": -0.1}, "retry delays must be >= 0"),
+        ({"max_retry_after": -0.1}, "retry delays must be >= 0"),
+        ({"stream_idle_timeout": 0}, "stream_idle_timeout must be > 0 or None"),
+        ({"stream_idle_timeout": -1.0}, "stream_idle_timeout must be > 0 or None"),
+        ({"stream_idle_timeout": float("nan")}, "stream_idle_timeout must be > 0 or None"),
+    ],
+)
+def test_retry_policy_refuses_bad_values(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        RetryPolicy(**options)
+
+
+def test_retry_policy_accepts_its_edges() -> None:
+    edges = RetryPolicy(max_retries=0, base_delay=0, max_delay=0, max_retry_after=0)
+    assert edges.delay(1) == 0.0
+    assert RetryPolicy(max_delay=0.5, stream_idle_timeout=None).stream_idle_timeout is None
+    assert RetryPolicy(stream_idle_timeout=0.001).stream_idle_timeout == 0.001
+
+
+def test_backoff_grows_exponentially_with_equal_jitter_and_a_cap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Equal jitter: half the backoff, plus a uniform share of the other half.
+
+    The draws come from a seeded generator, so the spread is checked exactly: a backoff
+    without jitter (every draw the full delay), "full jitter" (down to 0) or a narrower
+    spread all fail.
+    """
+    monkeypatch.setattr(fanloop._retry, "random", random.Random(20240611))
     policy = RetryPolicy(base_delay=0.5, max_delay=3.0, jitter=True)
     for attempt, full in [(1, 0.5), (2, 1.0), (3, 2.0), (4, 3.0), (9, 3.0)]:
-        for _ in range(20):
-            assert full / 2 <= policy.delay(attempt) <= full
+        draws = [policy.delay(attempt) / full for _ in range(2000)]
+        assert all(0.5 <= d <= 1.0 for d in draws), attempt
+        assert min(draws) < 0.51 and max(draws) > 0.99, attempt
+        assert abs(statistics.fmean(draws) - 0.75) < 0.02, attempt
+        assert abs(statistics.pstdev(draws) - 0.5 / 12**0.5) < 0.01, attempt
+        assert sum(d < 0.75 for d in draws) == pytest.approx(1000, abs=100), attempt
     exact = RetryPolicy(base_delay=0.5, max_delay=3.0, jitter=False)
-    assert [exact.delay(n) for n in (1, 2, 3, 4)] == [0.5, 1.0, 2.0, 3.0]
+    assert [exact.delay(n) for n in (1, 2, 3, 4, 9)] == [0.5, 1.0, 2.0, 3.0, 3.0]
 
 
 async def test_errors_that_survive_retries_raise_with_the_partial_result() -> None:

@@ -12,8 +12,9 @@ import anyio
 import pytest
 
 from fanloop import Agent, TerminationReason, tool
-from fanloop.messages import Message, ToolResultPart
-from fanloop.sessions import EffectStatus, MemoryStore, SQLiteStore
+from fanloop._resume import INTERRUPTED
+from fanloop.messages import Message, ToolCallPart, ToolResultPart
+from fanloop.sessions import EffectStatus, MemoryStore, Session, SQLiteStore
 from fanloop.testing import ScriptedProvider, call, reply
 
 HERE = Path(__file__).resolve().parent
@@ -146,6 +147,81 @@ async def test_killed_between_two_turns_loses_nothing(tmp_path: Path) -> None:
     assert result.termination_reason is TerminationReason.COMPLETED
     assert result.text == "Charged."
     assert charges(tmp_path) == ["42"]
+
+
+async def _open_turn(receipt: str) -> Session:
+    """A session a dead process left with three charges asked for and none answered.
+
+    ``k0`` has no receipt; ``k1`` was committed; ``k2`` has a receipt in state ``receipt``.
+    """
+    session = await MemoryStore().open("open")
+    calls = [ToolCallPart(id=f"k{i}", name="charge", arguments={"amount": i}) for i in range(3)]
+    await session.append(Message.user("charge three"))
+    await session.append(Message(role="assistant", content=tuple(calls)))
+    for c in calls[1:]:
+        await session.begin_effect(turn=1, call=c)
+    await session.commit_effect("k1", ToolResultPart(call_id="k1", content="charged 1 (then)"))
+    if receipt == "committed":
+        await session.commit_effect("k2", ToolResultPart(call_id="k2", content="charged 2 (then)"))
+    elif receipt != "started":
+        await session.resolve_effect("k2", applied=receipt == "resolved_applied")
+    return session
+
+
+@pytest.mark.parametrize(
+    ("receipt", "content", "is_error"),
+    [
+        ("committed", "charged 2 (then)", False),
+        (
+            "resolved_applied",
+            "The operator confirmed this call took effect; its output was lost.",
+            False,
+        ),
+        (
+            "resolved_not_applied",
+            "The operator confirmed this call did not take effect. Call it again if it is "
+            "still needed.",
+            True,
+        ),
+    ],
+)
+async def test_resume_answers_each_open_call_from_its_receipt(
+    receipt: str, content: str, is_error: bool
+) -> None:
+    """In process, every receipt state a dead process can leave (the crash tests run a child)."""
+    ran: list[int] = []
+
+    @tool(dangerous=True)
+    def charge(amount: int) -> str:
+        """Charge the card."""
+        ran.append(amount)
+        return f"charged {amount}"
+
+    session = await _open_turn(receipt)
+    provider = ScriptedProvider(["Done."])
+    result = await Agent(provider, tools=[charge], auto_approve=True).resume(session)
+    assert result.termination_reason is TerminationReason.COMPLETED
+    assert ran == []
+    answered = session.messages[2].content
+    assert [p.call_id for p in answered] == ["k0", "k1", "k2"]  # type: ignore[union-attr]
+    k0, k1, k2 = answered
+    assert k0 == ToolResultPart(call_id="k0", content=INTERRUPTED, is_error=True)
+    assert k1 == ToolResultPart(call_id="k1", content="charged 1 (then)")
+    assert k2 == ToolResultPart(call_id="k2", content=content, is_error=is_error)
+    assert provider.requests[0].messages[-1] == session.messages[2]
+
+
+async def test_resume_stops_at_a_receipt_left_started_and_names_it() -> None:
+    session = await _open_turn("started")
+    untouched = ScriptedProvider(["should not be asked"])
+    result = await Agent(untouched, tools=[charge], auto_approve=True).resume(session)
+    assert result.termination_reason is TerminationReason.EFFECT_OUTCOME_UNCERTAIN
+    assert result.detail == (
+        "tool call k2 (charge) was started but never committed; check its effect and "
+        "resolve it with `fanloop sessions resolve-effect`"
+    )
+    assert untouched.requests == []
+    assert [m.role for m in session.messages] == ["user", "assistant"]  # nothing half-answered
 
 
 async def test_resume_of_a_finished_session_asks_nothing() -> None:

@@ -192,6 +192,24 @@ async def test_a_429_puts_every_run_into_one_cooldown_and_the_retry_goes_when_it
     assert all(r.text == "done" for r, _ in results)
 
 
+async def test_a_later_shorter_retry_after_does_not_shorten_the_cooldown() -> None:
+    """A 429 asking for 30 s, then one asking for 0.05 s: the group stays cooled for 30 s.
+
+    And the other way round, the later and longer one wins. Both groups are watched for
+    1 s, twenty times the short cooldown: no call may go out.
+    """
+    provider, stats = clocked()
+    shorter_later, longer_later = Pacing(cooldown_jitter=0), Pacing(cooldown_jitter=0)
+    for pacing, first, then in ((shorter_later, 30, 0.05), (longer_later, 0.05, 30)):
+        assert await pacing.cooldown(first)
+        assert await pacing.cooldown(then)
+    with anyio.move_on_after(1.0):
+        async with anyio.create_task_group() as tg:
+            for pacing in (shorter_later, longer_later):
+                tg.start_soon(Agent(paced(provider, pacing)).run, "hi")
+    assert stats["times"] == []
+
+
 async def test_openai_provider_takes_pacing_too() -> None:
     pacing = Pacing(requests_per_minute=1200)
     with FakeLLMServer(responder=lambda body: "fine") as server:

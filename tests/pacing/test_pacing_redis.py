@@ -121,6 +121,24 @@ async def test_a_lease_held_by_a_killed_process_expires(redis_key: str) -> None:
     assert {e.reason for e in events if isinstance(e, PacingWait)} == {"concurrency"}
 
 
+async def test_a_later_shorter_retry_after_does_not_shorten_the_shared_cooldown(
+    redis_key: str,
+) -> None:
+    """Two processes' 429s: 30 s, then 0.05 s. The key stays cooled for 30 s."""
+    provider, times = clocked()
+    one = RedisPacing(REDIS_URL, key=redis_key, cooldown_jitter=0)
+    two = RedisPacing(REDIS_URL, key=redis_key, cooldown_jitter=0)
+    try:
+        assert await one.cooldown(30)
+        assert await two.cooldown(0.05)
+        with anyio.move_on_after(1.0):  # twenty times the shorter cooldown
+            await Agent(paced(provider, one)).run("hi")
+    finally:
+        await one.aclose()
+        await two.aclose()
+    assert times == []
+
+
 async def test_unreachable_redis_fails_open_with_a_warning_event() -> None:
     pacing = RedisPacing("redis://127.0.0.1:1/0", key="nowhere", requests_per_minute=1)
     agent = Agent(paced(ScriptedProvider(lambda r: "unpaced"), pacing))

@@ -37,6 +37,27 @@ def test_sse_frames_split_anywhere() -> None:
         ], size
 
 
+def test_sse_data_keeps_its_own_whitespace_and_blank_lines() -> None:
+    """Only the one space after ``data:`` is the field's; the rest is payload, on every line."""
+    body = (
+        b"data:  two spaces\ndata:\ndata:tab\t\ndata: trailing  \n\n"
+        b"event: e\ndata: \ndata:  x \n\n"
+        b"data:  single line kept \n\n"
+        b"event:  named \ndata:  y \n\n"
+    )
+    for size in (1, 5, len(body)):
+        decoder = SSEDecoder()
+        frames = []
+        for i in range(0, len(body), size):
+            frames += decoder.feed(body[i : i + size])
+        assert frames == [
+            (b"", b" two spaces\n\ntab\t\ntrailing  "),
+            (b"e", b"\n x "),
+            (b"", b" single line kept "),
+            (b"named", b" y "),
+        ], size
+
+
 def test_sse_lone_cr_and_unfinished_frame() -> None:
     decoder = SSEDecoder()
     assert decoder.feed(b"data: x\r\rdata: y") == [(b"", b"x")]

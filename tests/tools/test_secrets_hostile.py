@@ -100,6 +100,42 @@ def test_only_the_secret_part_of_a_value_is_masked() -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        # the password of the URL that has one, however many URLs share the run
+        (
+            "see https://example.com/login?next=https://user:pw@host/x",
+            "see https://example.com/login?next=https://user:******@host/x",
+        ),
+        ("http://a/?x=http://u:pw@h/?y=ftp://z@w", "http://a/?x=http://u:******@w"),
+        ("http://u:pw@host/?r=ftp://x@y", "http://u:******@y"),
+        ("://u:pw@host", "://u:******@host"),
+        ("https://Xavier:pw@host", "https://Xavier:******@host"),
+        ("http://host:8080/path@", "http://host:******@"),  # a "/" may be in a password
+        # no password: nothing to hide, and nothing hidden across the whitespace
+        ("https://mastodon.social/@alice", "https://mastodon.social/@alice"),
+        ("https://user:@host/", "https://user:@host/"),
+        ("http://host:8080/path and mail me@example.com", None),
+        ("http://host:8080/ me:pw@x", None),
+    ],
+)
+def test_url_passwords_are_masked_exactly(text: str, shown: str | None) -> None:
+    assert redact(text) == (text if shown is None else shown)
+
+
+def test_a_masked_field_keeps_its_quotes_only() -> None:
+    assert redact("password=Xyz123 next") == "password=****** next"
+    assert redact('password="Xyz123" next') == 'password="******" next'
+    assert redact("password='Xyz123' next") == "password='******' next"
+
+
+def test_a_value_of_exactly_max_scan_characters_is_still_checked() -> None:
+    assert not contains_secret("a" * MAX_SCAN)
+    assert mask_value("X", "a" * MAX_SCAN) == "a" * MAX_SCAN
+    assert contains_secret("a" * (MAX_SCAN + 1))
+
+
+@pytest.mark.parametrize(
     "name",
     [
         "OPENAI_API_KEY",
@@ -152,6 +188,65 @@ def test_more_sensitive_names(name: str) -> None:
 def test_ordinary_values_are_shown(name: str, value: str) -> None:
     assert mask_value(name, value) == value
     assert not is_secret_variable(name, value)
+
+
+RANDOM_TOKEN = "Xk9mQ2vR7pL4wN8sT1bY6cZ3dF5hJ0qA"  # mixed case and digits, no repeats
+
+
+@pytest.mark.parametrize("length", range(24, 33))
+def test_a_random_looking_value_of_24_characters_or_more_is_masked_whole(length: int) -> None:
+    value = RANDOM_TOKEN[:length]
+    assert mask_value("BUILD", value) == f"****** (masked, {length} characters)"
+    assert is_secret_variable("BUILD", value)
+
+
+def test_a_random_looking_value_is_judged_whole_and_by_its_length() -> None:
+    assert mask_value("BUILD", RANDOM_TOKEN[:23]) == RANDOM_TOKEN[:23]  # too short to tell
+    assert mask_value("BUILD", f"  {RANDOM_TOKEN[:24]}\n") == "****** (masked, 27 characters)"
+    for length in (1024, 1025, 1624, MAX_SCAN):  # 1624: a base64 RSA-2048 key, no PEM lines
+        value = (RANDOM_TOKEN * 3000)[:length]
+        assert mask_value("BUILD", value) == f"****** (masked, {length} characters)"
+        assert contains_secret(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "/" + RANDOM_TOKEN,  # a path
+        "." + RANDOM_TOKEN,
+        RANDOM_TOKEN[:24] + "!",  # not a token's alphabet
+        RANDOM_TOKEN[:12] + "#" + RANDOM_TOKEN[12:24],
+        "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIU\n-----END CERTIFICATE-----",
+        "the PRIVATE KEY file is /etc/ssl/private/site.key",
+    ],
+)
+def test_values_that_only_look_like_secrets_are_shown(value: str) -> None:
+    assert mask_value("BUILD", value) == value
+
+
+@pytest.mark.parametrize(
+    ("value", "masked"),
+    [
+        # The class switches must reach 40% of the gaps between characters.
+        ("ABCdef12GHIjk34LMNop56QRst", True),  # 10 switches in 25 gaps: exactly 40%
+        ("ABCdef12GHIjk34LMNop56QRstu", False),  # 10 in 26: under
+        # Upper case, lower case and digits must all be there.
+        ("A1B2C3D4E5F6G7H8J9K0L1M2", False),
+        # The character entropy must reach 3.5 bits.
+        ("A1aE2eB1bE2eC1cE2eD1dE2eAbBcCdDa", True),  # 8 symbols twice, 4 four times: 3.5 bits
+        ("aB3cD5eF7gH9aB3cD5eF7gH9", True),  # 12 symbols twice: 3.58 bits
+        ("aA1aA1aA1aA1aA1aA1aA1aA1aA1", False),  # 3 symbols: 1.58 bits
+    ],
+)
+def test_what_reads_as_random_at_each_threshold(value: str, masked: bool) -> None:
+    shown = mask_value("BUILD", value)
+    assert shown == (f"****** (masked, {len(value)} characters)" if masked else value)
+
+
+def test_a_private_key_is_masked_whole_wherever_it_starts() -> None:
+    pem = "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIBkg\n-----END EC PRIVATE KEY-----"
+    for value in (pem, f"key:\n{pem}", f"{pem}\n# rotated yearly"):
+        assert mask_value("BUILD", value) == f"****** (masked, {len(value)} characters)"
 
 
 @pytest.mark.parametrize(

@@ -29,6 +29,14 @@ from fanloop.messages import ToolResultPart
 from fanloop.testing import ScriptedProvider, call, reply
 from fanloop.tools import SqlQueryTool, SqlSchemaTool
 from fanloop.tools._blocking import Stop
+from fanloop.tools._sql_check import (
+    MAX_STATEMENT_CHARS,
+    Dialect,
+    Token,
+    check_statement,
+    leading_command,
+    tokenize,
+)
 from fanloop.tools.sql import check_read_only, execute_postgres, execute_sqlite
 from heartbeat import heartbeat
 
@@ -121,6 +129,10 @@ def test_side_effecting_functions_are_refused_however_written(sql: str) -> None:
         ("SELECT 1 /* never /* closed */", "not closed"),
         ("SELECT (1", "parentheses"),
         ("SELECT 1) AS a, (SELECT 2", "parentheses"),
+        ("SELECT (1) AS a, 2) AS b, (3", "parentheses"),  # out of order after a closed pair
+        ("VALUES (1), )2(", "parentheses"),
+        ("SELECT ((1) AS a", "parentheses"),
+        ("SELECT (1)) AS a", "parentheses"),
         ("SELECT 1\0", "NUL"),
         ("SELECT " + "1, " * 40_000 + "1", "longer than 100000"),
     ],
@@ -170,6 +182,153 @@ def test_reading_statements_pass(sql: str) -> None:
 def test_sqlite_refusals(sql: str, message: str) -> None:
     with pytest.raises(ToolError, match=message):
         check_read_only(sql, "sqlite")
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ("", "The SQL statement is empty."),
+        (" ; ;", "The SQL statement is empty."),
+        (
+            "SELECT 1; SELECT 2",
+            "sql_query runs exactly one statement; send the statements one by one.",
+        ),
+        (
+            "SET x = 1",
+            "sql_query only runs read-only statements (EXPLAIN, SELECT, SHOW, TABLE, VALUES, "
+            "WITH); this one starts with 'SET'.",
+        ),
+        ("SELECT (1", "sql_query refused the statement: its parentheses are not balanced."),
+        ("SELECT 1 /* open", "sql_query refused the statement: a /* comment is not closed."),
+        ("SELECT 1\0", "sql_query refused the statement: it contains a NUL character."),
+        (
+            "SELECT U&'\\0041'",
+            "sql_query refused the statement: U&'...' and U&\"...\" escapes are not accepted; "
+            "write the text plainly.",
+        ),
+        (
+            "SELECT $$a$$, pg_sleep(1), $$b$$",
+            "sql_query refused the statement: it calls pg_sleep()",
+        ),  # each $$ closes the next
+    ],
+)
+def test_refusals_word_for_word(sql: str, message: str) -> None:
+    with pytest.raises(ToolError) as caught:
+        check_statement(sql, "postgres")
+    assert str(caught.value).startswith(message)
+
+
+PRAGMA_LIST = (
+    "sql_query only runs reading pragmas (foreign_key_check, foreign_key_list, index_info, "
+    "index_list, index_xinfo, integrity_check, quick_check, table_info, table_list, "
+    "table_xinfo with an argument, or a setting's name)."
+)
+
+
+@pytest.mark.parametrize(
+    ("sql", "dialect", "message"),
+    [
+        (
+            "WITH x AS (DELETE FROM t RETURNING *) SELECT * INTO y FROM x",
+            "postgres",
+            "sql_query only runs read-only statements; this one contains DELETE, INTO (a column "
+            'of such a name must be quoted: "name").',
+        ),
+        (
+            "SELECT pg_sleep(1)",
+            "postgres",
+            "sql_query refused the statement: it calls pg_sleep(), which changes server or "
+            "session state, reads server files or runs other SQL; sql_query only reads rows.",
+        ),
+        (
+            "SELECT 1 FROM t FOR SHARE",
+            "postgres",
+            "sql_query refused the statement: FOR UPDATE / FOR SHARE take row locks; sql_query "
+            "only reads.",
+        ),
+        (
+            '"SELECT" 1',  # a quoted identifier is not a command
+            "postgres",
+            "sql_query only runs read-only statements (EXPLAIN, SELECT, SHOW, TABLE, VALUES, "
+            "WITH); this one starts with '\"SELECT\"'.",
+        ),
+        (
+            "'SELECT' 1",
+            "postgres",
+            "sql_query only runs read-only statements (EXPLAIN, SELECT, SHOW, TABLE, VALUES, "
+            "WITH); this one starts with \"'SELECT'\".",
+        ),
+        ("PRAGMA a = 1", "sqlite", "PRAGMA assignments change settings; sql_query only reads."),
+        ("PRAGMA optimize", "sqlite", f"PRAGMA optimize may change a setting; {PRAGMA_LIST}"),
+        ("PRAGMA", "sqlite", f"PRAGMA  may change a setting; {PRAGMA_LIST}"),
+        ("PRAGMA main.optimize", "sqlite", f"PRAGMA optimize may change a setting; {PRAGMA_LIST}"),
+    ],
+)
+def test_whole_refusals(sql: str, dialect: Dialect, message: str) -> None:
+    with pytest.raises(ToolError) as caught:
+        check_statement(sql, dialect)
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "PRAGMA main.user_version",  # a schema-qualified setting
+        "PRAGMA main.table_info(users)",
+        'PRAGMA "table_info"(users)',  # the pragma's name quoted
+        "PRAGMA table_info('users')",
+    ],
+)
+def test_reading_pragmas_pass_however_written(sql: str) -> None:
+    assert check_statement(sql, "sqlite").command == "PRAGMA"
+
+
+def test_a_statement_of_exactly_the_longest_length_is_checked() -> None:
+    longest = "SELECT 1".ljust(MAX_STATEMENT_CHARS)
+    assert check_statement(longest, "postgres").text == "SELECT 1"
+    with pytest.raises(ToolError, match="longer than"):
+        check_statement(longest + " ", "postgres")
+
+
+def test_the_checked_statement_keeps_its_text_and_names_its_command() -> None:
+    checked = check_statement("  SELECT * FROM t WHERE id = $1 ;  ; ", "postgres")
+    assert (checked.text, checked.command) == ("  SELECT * FROM t WHERE id = $1", "SELECT")
+    assert check_statement("VALUES (1)").command == "VALUES"
+
+
+def test_tokenize_reads_postgres_by_default() -> None:
+    assert tokenize("SELECT $$a;b$$, $1") == [
+        Token("word", "SELECT", "select"),
+        Token("string", "$$a;b$$"),
+        Token("other", ","),
+        Token("param", "$1"),
+    ]
+    assert tokenize("SELECT `a``b`, [c]", "sqlite")[1:] == [
+        Token("ident", "`a``b`", "a`b"),
+        Token("other", ","),
+        Token("ident", "[c]", "c"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("sql", "postgres", "sqlite"),
+    [
+        ("  select 1", "SELECT", "SELECT"),
+        ("-- note\rSELECT 1", "SELECT", ""),  # a lone CR ends a comment in PostgreSQL only
+        ("-- note\n\tWITH x AS (SELECT 1) TABLE x", "WITH", "WITH"),
+        ("/* a /* nested */ b */ SELECT 1", "SELECT", "B"),  # SQLite does not nest comments
+        ("/* never closed", "", ""),
+        ("(SELECT 1)", "", ""),
+        ("  -- only a comment", "", ""),
+        ("", "", ""),
+    ],
+)
+def test_the_leading_command_is_read_as_each_server_reads_it(
+    sql: str, postgres: str, sqlite: str
+) -> None:
+    assert leading_command(sql) == postgres
+    assert leading_command(sql, "postgres") == postgres
+    assert leading_command(sql, "sqlite") == sqlite
 
 
 # -- SQLite --------------------------------------------------------------------------------

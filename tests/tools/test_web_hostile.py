@@ -21,13 +21,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 import httpcore2
 import httpx2
 import pytest
 
 from fanloop.errors import ToolError
 from fanloop.tools import DEFAULT_TOOLS, HttpRequestTool, WebFetchTool
-from fanloop.tools._netguard import _GuardedBackend, _GuardedTransport, parse_ip_host
+from fanloop.tools._netguard import _GuardedBackend, _GuardedTransport, _resolve, parse_ip_host
 from fanloop.tools.web import BlockedAddressError, NetworkPolicy, guarded_transport, html_to_text
 from heartbeat import heartbeat
 
@@ -53,8 +54,12 @@ class Site:
 
 
 @contextmanager
-def _serve(site: Site, host: str, wrap: ssl.SSLContext | None = None) -> Iterator[Site]:
+def _serve(
+    site: Site, host: str, wrap: ssl.SSLContext | None = None, protocol: str = "HTTP/1.0"
+) -> Iterator[Site]:
     class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = protocol  # HTTP/1.1 keeps connections alive
+
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
@@ -302,6 +307,97 @@ async def test_a_name_is_resolved_once_and_the_checked_address_connected(
     assert lookups == ["rebind.test"]
     assert site.seen[0][1]["host"] == f"rebind.test:{_port(site)}"
     assert other.seen == []
+
+
+class _LoopbackOnly(httpcore2.AsyncNetworkBackend):
+    """Records every connection attempt; connects to loopback, refuses anything else unsent.
+
+    ``redirect`` sends a connection aimed at one loopback address to another one (a NAT or a
+    raced socket handing over a peer that was never checked).
+    """
+
+    def __init__(self, redirect: dict[str, tuple[str, int]] | None = None) -> None:
+        self.calls: list[str] = []
+        self._real = httpcore2.AnyIOBackend()
+        self._redirect = redirect or {}
+
+    async def connect_tcp(self, host: str, port: int, *args: Any, **kw: Any) -> Any:
+        self.calls.append(host)
+        if not ipaddress.ip_address(host).is_loopback:
+            raise httpcore2.ConnectError("the test double never leaves the machine")
+        host, port = self._redirect.get(host, (host, port))
+        return await self._real.connect_tcp(host, port, *args, **kw)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [["10.0.0.7", "127.0.0.1"], ["169.254.169.254", "fd00::7", "127.0.0.1"]],
+)
+async def test_a_mixed_answer_connects_only_to_its_allowed_addresses(
+    site: Site, answer: list[str]
+) -> None:
+    """One allowed and one refused address: the refused one is never tried, even first."""
+
+    async def resolve(host: str, port: int) -> list[str]:
+        return answer
+
+    site.route("/", body=b"allowed")
+    inner = _LoopbackOnly()
+    backend = _GuardedBackend(NetworkPolicy(allowed_networks=LOCAL), inner=inner, resolve=resolve)
+    async with _client_on(backend) as client:
+        response = await client.get(f"http://mixed.test:{_port(site)}/")
+    assert response.text == "allowed"
+    assert inner.calls == ["127.0.0.1"]
+
+
+async def test_a_connection_to_another_peer_than_the_checked_one_is_refused(
+    site: Site, other: Site
+) -> None:
+    """The socket's peer is compared with the checked address, so a hand-over is caught."""
+
+    async def resolve(host: str, port: int) -> list[str]:
+        return ["127.0.0.1"]
+
+    site.route("/", body=b"checked")
+    other.route("/", body=b"never checked")
+    inner = _LoopbackOnly(redirect={"127.0.0.1": ("127.0.0.2", _port(other))})
+    backend = _GuardedBackend(NetworkPolicy(allowed_networks=LOCAL), inner=inner, resolve=resolve)
+    async with _client_on(backend) as client:
+        with pytest.raises(BlockedAddressError, match=r"connected to .*127\.0\.0\.2.*not the"):
+            await client.get(f"http://peer.test:{_port(site)}/")
+    assert inner.calls == ["127.0.0.1"]
+    assert other.seen == [] and site.seen == []
+
+
+class _NoPeer(httpcore2.AsyncNetworkStream):
+    """A connected stream that cannot say who its peer is."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def get_extra_info(self, info: str) -> Any:
+        return None
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+async def test_a_stream_without_a_peer_address_is_refused_and_closed() -> None:
+    stream = _NoPeer()
+
+    class Backend(httpcore2.AsyncNetworkBackend):
+        async def connect_tcp(self, host: str, port: int, *args: Any, **kw: Any) -> Any:
+            return stream
+
+    async def resolve(host: str, port: int) -> list[str]:
+        return ["127.0.0.1"]
+
+    backend = _GuardedBackend(
+        NetworkPolicy(allowed_networks=LOCAL), inner=Backend(), resolve=resolve
+    )
+    with pytest.raises(BlockedAddressError, match=r"not the checked 127\.0\.0\.1"):
+        await backend.connect_tcp("nopeer.test", 80)
+    assert stream.closed
 
 
 async def test_guarded_transport_refuses_names_that_resolve_to_loopback(site: Site) -> None:
@@ -577,3 +673,333 @@ async def test_tls_verifies_and_names_the_host_while_connecting_to_the_checked_a
                 await tool.run(url=f"https://127.0.0.1:{_port(served)}/hello")
     assert names[0] == "pinned.test"
     assert len(tls.seen) == 1
+
+
+async def test_guarded_transport_verifies_tls_by_default(site: Site, tmp_path: Any) -> None:
+    """A certificate from an unknown CA is refused; trusting that CA (``verify=``) works."""
+    ca, leaf, key = _tls_pair("localhost")
+    (tmp_path / "leaf.pem").write_bytes(leaf + key)
+    server_side = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_side.load_cert_chain(tmp_path / "leaf.pem")
+    site.route("/hello", body=b"hello over TLS")
+    tls = Site(routes=site.routes)
+    policy = NetworkPolicy(allowed_hosts=["localhost"])
+    with _serve(tls, "127.0.0.1", wrap=server_side) as served:
+        url = f"https://localhost:{_port(served)}/hello"
+        async with httpx2.AsyncClient(transport=guarded_transport(policy)) as client:
+            with pytest.raises(httpx2.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+                await client.get(url)
+        trusting = ssl.create_default_context(cadata=ca.decode())
+        transport = guarded_transport(policy, verify=trusting)
+        async with httpx2.AsyncClient(transport=transport) as client:
+            assert (await client.get(url)).text == "hello over TLS"
+    assert len(tls.seen) == 1
+
+
+async def test_the_system_resolver_is_asked_for_the_host_itself() -> None:
+    assert await _resolve("127.0.0.2", 80) == ["127.0.0.2"]
+    assert "127.0.0.1" in await _resolve("localhost", 443)
+
+
+async def test_a_zoned_peer_address_is_the_checked_one() -> None:
+    """A link-local address carries its zone; both sides are compared without it."""
+    opened: list[str] = []
+
+    class Peer(httpcore2.AsyncNetworkStream):
+        def get_extra_info(self, info: str) -> Any:
+            return ("fe80::1%eth0", 80, 0, 2) if info == "server_addr" else None
+
+        async def aclose(self) -> None:
+            pass
+
+    class Backend(httpcore2.AsyncNetworkBackend):  # never connects anywhere
+        async def connect_tcp(self, host: str, port: int, *args: Any, **kw: Any) -> Any:
+            opened.append(host)
+            return Peer()
+
+    async def resolve(host: str, port: int) -> list[str]:
+        return ["fe80::1%eth0"]
+
+    backend = _GuardedBackend(NetworkPolicy(allow_private=True), inner=Backend(), resolve=resolve)
+    assert isinstance(await backend.connect_tcp("zoned.test", 80), Peer)
+    assert opened == ["fe80::1%eth0"]
+
+
+async def test_refusals_name_the_host_and_the_address() -> None:
+    with pytest.raises(BlockedAddressError) as by_name:
+        NetworkPolicy().check_url(httpx2.URL("http://api.localhost/"))
+    assert (by_name.value.host, by_name.value.address) == (
+        "api.localhost",
+        ipaddress.ip_address("127.0.0.1"),
+    )
+    backend = _GuardedBackend(NetworkPolicy(), inner=_NoConnect())
+    with pytest.raises(BlockedAddressError) as unix:
+        await backend.connect_unix_socket("/run/docker.sock")
+    assert (unix.value.host, unix.value.address) == ("/run/docker.sock", None)
+    assert str(unix.value) == "Refused: Unix sockets are not reachable."
+    await backend.sleep(0.001)
+
+
+async def test_a_peer_refusal_names_the_host_and_the_checked_address() -> None:
+    class Elsewhere(httpcore2.AsyncNetworkStream):
+        def get_extra_info(self, info: str) -> Any:
+            return ("127.0.0.9", 80) if info == "server_addr" else None
+
+        async def aclose(self) -> None:
+            pass
+
+    class Backend(httpcore2.AsyncNetworkBackend):
+        async def connect_tcp(self, host: str, port: int, *args: Any, **kw: Any) -> Any:
+            return Elsewhere()
+
+    async def resolve(host: str, port: int) -> list[str]:
+        return ["127.0.0.1"]
+
+    policy = NetworkPolicy(allowed_networks=LOCAL)
+    backend = _GuardedBackend(policy, inner=Backend(), resolve=resolve)
+    with pytest.raises(BlockedAddressError) as caught:
+        await backend.connect_tcp("peer.test", 80)
+    assert (caught.value.host, caught.value.address) == (
+        "peer.test",
+        ipaddress.ip_address("127.0.0.1"),
+    )
+    assert str(caught.value) == (
+        "Refused peer.test: connected to ('127.0.0.9', 80), not the checked 127.0.0.1."
+    )
+
+
+async def test_kept_alive_connections_are_reused(site: Site) -> None:
+    """Each response gives its connection back to the pool: three requests, one connection."""
+    site.route("/", body=b"again")
+    inner = _LoopbackOnly()
+    backend = _GuardedBackend(NetworkPolicy(allowed_networks=LOCAL), inner=inner)
+    with _serve(Site(routes=site.routes), "127.0.0.1", protocol="HTTP/1.1") as kept:
+        async with _client_on(backend) as client:
+            for _ in range(3):
+                assert (await client.get(f"{kept.url}/")).text == "again"
+    assert inner.calls == ["127.0.0.1"]
+    assert len(kept.seen) == 3
+
+
+def test_network_policy_repr() -> None:
+    policy = NetworkPolicy(allowed_networks=["127.0.0.1"], allowed_hosts=["Wiki.corp.", "a"])
+    assert repr(policy) == (
+        "NetworkPolicy(allowed_networks=['127.0.0.1/32'], "
+        "allowed_hosts=['a', 'wiki.corp'], allow_private=False)"
+    )
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["127.0.0.1.0", "1.2.3.4.5", "127.0.0.256", "127.0.65536", "127.16777216", "4294967296"],
+)
+def test_ip_spellings_the_resolver_refuses_are_not_addresses(host: str) -> None:
+    assert parse_ip_host(host) is None
+
+
+@pytest.mark.parametrize(
+    ("host", "ip"),
+    [
+        ("0x0000000000007f.1", "127.0.0.1"),  # leading zeros do not count toward the length
+        ("0000000000000177.0.0.1", "127.0.0.1"),
+        ("127.0.0.255", "127.0.0.255"),
+        ("127.0.65535", "127.0.255.255"),
+        ("4294967295", "255.255.255.255"),
+    ],
+)
+def test_ip_spellings_at_their_limits_are_addresses(host: str, ip: str) -> None:
+    assert parse_ip_host(host) == ipaddress.ip_address(ip)
+
+
+@pytest.mark.parametrize(
+    ("address", "kind"),
+    [
+        ("127.0.0.1", "a loopback address (the machine itself)"),
+        ("::ffff:127.0.0.1", "a loopback address (the machine itself)"),
+        ("0.0.0.0", "the unspecified address (the machine itself)"),
+        ("169.254.169.254", "a link-local address (such as a cloud metadata endpoint)"),
+        ("224.0.0.1", "a multicast address"),
+        ("100.64.0.1", "a shared (carrier-grade NAT) address"),
+        ("10.0.0.1", "a private network address"),
+        ("192.88.99.1", "a reserved or special-purpose address"),  # the old 6to4 relays
+    ],
+)
+def test_a_refusal_says_what_kind_of_address_it_is(address: str, kind: str) -> None:
+    ip = ipaddress.ip_address(address)
+    with pytest.raises(BlockedAddressError) as caught:
+        NetworkPolicy().check_address(address, ip)
+    assert (caught.value.host, caught.value.address) == (address, ip)
+    assert str(caught.value) == (
+        f"Refused to connect to {address}: it is {kind}, which is not allowed. This tool "
+        "reaches public internet addresses only; loopback, private, link-local and other "
+        "special addresses are blocked unless the host application allows them "
+        "(NetworkPolicy)."
+    )
+
+
+def test_a_loopback_name_is_refused_as_one() -> None:
+    with pytest.raises(BlockedAddressError) as caught:
+        NetworkPolicy().check_url(httpx2.URL("http://localhost/"))
+    assert str(caught.value).startswith(
+        "Refused to connect to localhost: it is a loopback name (the machine itself), which "
+        "is not allowed."
+    )
+
+
+@pytest.mark.parametrize(
+    ("host", "ip"),
+    [
+        ("[::1]", "::1"),
+        ("[fe80::1%25eth0]", "fe80::1%eth0"),
+        ("[FE80::1%25eth0]", "fe80::1%eth0"),
+        ("[fe80::1%25]", "fe80::1"),  # a zone the parser refuses is dropped, not the address
+        ("[fe80::1%25a%25b]", "fe80::1"),
+    ],
+)
+def test_ipv6_hosts_are_read_exactly(host: str, ip: str) -> None:
+    assert parse_ip_host(host) == ipaddress.ip_address(ip)
+
+
+@pytest.mark.parametrize("host", ["[::1", "::1]", "[]"])
+def test_half_bracketed_hosts_are_not_addresses(host: str) -> None:
+    assert parse_ip_host(host) is None
+
+
+def test_reserved_ipv6_space_is_not_public() -> None:
+    """``4000::/3`` is not allocated: ``is_global`` says yes, ``is_reserved`` says no."""
+    assert not NetworkPolicy().allows(ipaddress.ip_address("4000::1"))
+    assert NetworkPolicy().allows(ipaddress.ip_address("2606:4700::1111"))
+
+
+def test_network_policy_options_are_read_leniently_and_checked() -> None:
+    policy = NetworkPolicy(allowed_networks=["127.0.0.1/8"])  # host bits set: the /8 is meant
+    assert policy.allows(ipaddress.ip_address("127.5.5.5"))
+    with pytest.raises(TypeError) as caught:
+        NetworkPolicy(allowed_hosts="localhost")  # type: ignore[arg-type]
+    assert str(caught.value) == "allowed_networks and allowed_hosts take a list, not one string"
+
+
+async def test_connection_failures_try_every_allowed_address_and_say_why() -> None:
+    seen: list[tuple[str, int]] = []
+    answers: dict[str, list[str]] = {"two.test": ["127.0.0.1", "127.0.0.2"], "none.test": []}
+
+    async def resolve(host: str, port: int) -> list[str]:
+        seen.append((host, port))
+        if host == "nx.test":
+            raise OSError("no such host")
+        return answers[host]
+
+    inner = _NoConnect()
+    policy = NetworkPolicy(allowed_networks=["127.0.0.0/8"])
+    backend = _GuardedBackend(policy, inner=inner, resolve=resolve)
+    with pytest.raises(httpcore2.ConnectError) as refused:
+        await backend.connect_tcp("two.test", 8080)
+    assert str(refused.value) == "the test double never connects"  # the last real error
+    assert inner.calls == ["127.0.0.1", "127.0.0.2"]
+    for host, message in [
+        ("nx.test", "cannot resolve nx.test: no such host"),
+        ("none.test", "cannot resolve none.test: no addresses"),
+    ]:
+        with pytest.raises(httpcore2.ConnectError) as caught:
+            await backend.connect_tcp(host, 8080)
+        assert str(caught.value) == message
+    assert seen == [("two.test", 8080), ("nx.test", 8080), ("none.test", 8080)]
+
+
+async def test_a_resolver_that_never_answers_is_a_connect_timeout() -> None:
+    async def stuck(host: str, port: int) -> list[str]:
+        await anyio.Event().wait()
+        raise AssertionError("unreachable")
+
+    backend = _GuardedBackend(NetworkPolicy(), inner=_NoConnect(), resolve=stuck)
+    with anyio.fail_after(5), pytest.raises(httpcore2.ConnectTimeout) as caught:
+        await backend.connect_tcp("slow.test", 80, timeout=0.2)
+    assert str(caught.value) == "connecting to slow.test timed out"
+
+
+async def test_request_timeouts_and_response_details_pass_through(site: Site) -> None:
+    """The request's timeout reaches the pool; the response keeps its reason and version."""
+    hold = threading.Event()
+
+    def hang(_: Any) -> Reply:
+        hold.wait(10)
+        return 200, {}, b"late"
+
+    site.routes["/hang"] = hang
+    site.route("/fine", body=b"ok", reason="Fine Thanks")
+    backend = _GuardedBackend(NetworkPolicy(allowed_networks=LOCAL))
+    try:
+        async with _client_on(backend) as client:
+            response = await client.get(f"{site.url}/fine")
+            assert (response.reason_phrase, response.http_version) == ("Fine Thanks", "HTTP/1.0")
+            with anyio.fail_after(5), pytest.raises(httpx2.ReadTimeout):
+                await client.get(f"{site.url}/hang", timeout=0.3)
+    finally:
+        hold.set()
+
+
+class _Counted(httpcore2.AsyncNetworkStream):
+    """A stream that tells its backend when it is closed."""
+
+    def __init__(self, inner: httpcore2.AsyncNetworkStream, closed: list[object]) -> None:
+        self._inner, self._closed = inner, closed
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return await self._inner.read(max_bytes, timeout)
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        await self._inner.write(buffer, timeout)
+
+    async def aclose(self) -> None:
+        self._closed.append(self)
+        await self._inner.aclose()
+
+    async def start_tls(self, *args: Any, **kw: Any) -> httpcore2.AsyncNetworkStream:
+        raise AssertionError("plain HTTP only")
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+async def test_the_guarded_pool_caps_its_connections() -> None:
+    """At most 20 connections at once, and at most 10 kept alive afterwards."""
+    arrived, release = threading.Event(), threading.Event()
+    count = [0]
+    lock = threading.Lock()
+
+    def hold(_: Any) -> Reply:
+        with lock:
+            count[0] += 1
+            if count[0] == 20:
+                arrived.set()
+        release.wait(10)
+        return 200, {}, b"done"
+
+    opened: list[str] = []
+    closed: list[object] = []
+
+    class Backend(_LoopbackOnly):
+        async def connect_tcp(self, host: str, port: int, *args: Any, **kw: Any) -> Any:
+            opened.append(host)
+            return _Counted(await super().connect_tcp(host, port, *args, **kw), closed)
+
+    backend = _GuardedBackend(NetworkPolicy(allowed_networks=LOCAL), inner=Backend())
+    bodies: list[str] = []
+    with _serve(Site(routes={"/hold": hold}), "127.0.0.1", protocol="HTTP/1.1") as kept:
+        try:
+            async with _client_on(backend) as client:
+
+                async def fetch() -> None:
+                    bodies.append((await client.get(f"{kept.url}/hold", timeout=30)).text)
+
+                async with anyio.create_task_group() as tg:
+                    for _ in range(25):
+                        tg.start_soon(fetch)
+                    assert await anyio.to_thread.run_sync(arrived.wait, 10)
+                    await anyio.wait_all_tasks_blocked()
+                    assert len(opened) == 20  # the other five wait for a free connection
+                    release.set()
+                assert bodies == ["done"] * 25
+                assert (len(opened), len(closed)) == (20, 10)  # ten idle ones kept
+        finally:
+            release.set()

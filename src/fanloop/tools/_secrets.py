@@ -255,8 +255,9 @@ def _is_whole_secret(value: str) -> bool:
 
 
 def _looks_random(token: str) -> bool:
-    """A long single token of mixed case and digits that reads like random data."""
-    if not 24 <= len(token) <= 1024 or token.startswith(("/", ".")):
+    """A long single token of mixed case and digits that reads like random data (a value past
+    :data:`MAX_SCAN` characters is masked whole before it gets here)."""
+    if not 24 <= len(token) <= MAX_SCAN or token.startswith(("/", ".")):
         return False
     classes = []
     for ch in token:
