@@ -1,4 +1,4 @@
-"""Budgets that hold across parallel sub-agents (DESIGN §6, §7).
+"""Budgets that hold across parallel sub-agents (docs/limits.md, docs/subagents.md).
 
 Every model call reserves its estimated input, its output allowance and their price before it
 is sent, and settles with the real usage after it. The scripted usage here is at most what the

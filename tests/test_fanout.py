@@ -1,4 +1,4 @@
-"""The tool-batch rules of DESIGN §3, one test (or a few) per rule."""
+"""The tool-batch rules of docs/fanout.md, one test (or a few) per rule."""
 
 from __future__ import annotations
 

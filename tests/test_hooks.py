@@ -1,5 +1,5 @@
-"""Hooks (seed 000): every callback, its arguments and when it fires, as plain functions and
-as ``async def`` functions; a hook that raises is logged and the run goes on."""
+"""Hooks (docs/observers.md): every callback, its arguments and when it fires, as plain
+functions and as ``async def`` functions; a hook that raises is logged and the run goes on."""
 
 from __future__ import annotations
 

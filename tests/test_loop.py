@@ -1,4 +1,4 @@
-"""The loop of DESIGN §2: stop-reason rules, retries, limits and every termination reason."""
+"""The loop of docs/loop.md: stop-reason rules, retries, limits and every termination reason."""
 
 from __future__ import annotations
 
@@ -67,7 +67,8 @@ async def test_conversation_continues_from_earlier_messages() -> None:
 
 
 def test_seed_002_echo_client_runs_unchanged() -> None:
-    """The custom provider of seed 002, written with fanloop's names (a *sync* complete)."""
+    """The smallest custom provider (docs/providers.md), with fanloop's names (a *sync*
+    complete)."""
 
     class EchoClient:
         name = "echo"

@@ -1,4 +1,4 @@
-"""Observers (seed 004): the LoopObserver callbacks, NullObserver, ConsoleObserver,
+"""Observers (docs/observers.md): the LoopObserver callbacks, NullObserver, ConsoleObserver,
 MultiObserver, GuardedObserver and guarded(), exactly as the seed specifies them."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Sub-agents (DESIGN §7): the delegate tool and Agent.as_tool run in parallel, stream into the
-parent with their lineage, roll their usage up, share the budget, and die with the parent.
+"""Sub-agents (docs/subagents.md): the delegate tool and Agent.as_tool run in parallel, stream
+into the parent with their lineage, roll their usage up, share the budget, and die with the parent.
 
 One ScriptedProvider serves the parent and its sub-agents; it answers by looking at the
 request's system prompt (the sub-agent's differs from the parent's)."""

@@ -253,7 +253,7 @@ class Agent(Generic[DepsT, OutputT]):
         client: Provider | None = None,
         _limiters: LimiterPool | None = None,
     ) -> None:
-        if client is not None:  # seed 002's spelling: Agent(tools, client=provider)
+        if client is not None:  # the older spelling: Agent(tools, client=provider)
             if provider is not None and not isinstance(provider, list | tuple):
                 raise ConfigurationError("pass the provider once: positionally or as client=")
             tools = [*(provider or ()), *tools]

@@ -1,4 +1,4 @@
-"""The tool-batch scheduler: how one turn's tool calls fan out (DESIGN §3).
+"""The tool-batch scheduler: how one turn's tool calls fan out (docs/fanout.md).
 
 1. Unknown tools, malformed JSON and arguments that fail validation become error results at
    once, detailed enough for the model to correct itself.
@@ -133,7 +133,7 @@ class _Key:
 
 
 class _KeyRegistry:
-    """The process-wide keyed limits (DESIGN §3 rule 8)."""
+    """The process-wide keyed limits (docs/fanout.md)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -474,7 +474,7 @@ def _arity_takes_call(confirm: Any) -> bool:
     except (TypeError, ValueError):
         return False
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return len(positional) >= 3  # ``*args`` keeps the two-argument form of seed 000
+    return len(positional) >= 3  # ``*args`` keeps the two-argument form
 
 
 async def _run_one(

@@ -1,4 +1,4 @@
-"""The turn loop. It shows the order of a round and nothing else (DESIGN §2)::
+"""The turn loop. It shows the order of a round and nothing else (docs/loop.md)::
 
     loop until a limit ends it:
         round-entry guards            # deadline, turns, tokens, cost, tool calls

@@ -450,7 +450,7 @@ async def take_turn(run: RunState) -> ModelResponse | Ending:
 
 
 async def reserve_call(run: RunState, request: ModelRequest) -> Reservation | Ending:
-    """Reserve the shared budget for ``request`` before it is sent (DESIGN §6).
+    """Reserve the shared budget for ``request`` before it is sent (docs/limits.md).
 
     The reservation holds the request's estimated input tokens, its ``max_tokens`` clamped to
     what is left (the reservation's ``output_tokens``; send no more) and their price. While

@@ -1,4 +1,4 @@
-"""Typed output: what a run's answer must be, and how it is checked (DESIGN §9).
+"""Typed output: what a run's answer must be, and how it is checked (docs/output.md).
 
 ``Agent(output_type=Invoice)`` builds one :class:`OutputSpec` when the agent is made. The
 answer reaches it in one of two ways:

@@ -1,4 +1,4 @@
-"""A budget that spans every run of one session (seed 001's session-wide budget).
+"""A budget that spans every run of one session (see docs/limits.md).
 
 ``await set_session_budget(session, Limits(max_total_tokens=200_000, max_cost_usd=2.0))`` puts
 limits on the whole conversation: each run on the session starts with what the session has

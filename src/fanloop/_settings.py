@@ -1,4 +1,4 @@
-"""Model settings: the one home of sampling and tool-choice options (DESIGN §9).
+"""Model settings: the one home of sampling and tool-choice options (docs/model-settings.md).
 
 ``Agent(model_settings=ModelSettings(temperature=0))`` sets them for every run; ``run(...,
 model_settings=...)`` overrides them field by field for one run. The loop carries the merged

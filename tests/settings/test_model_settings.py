@@ -158,7 +158,7 @@ async def test_tool_choice_must_name_a_tool_of_the_agent() -> None:
 async def test_a_custom_provider_still_works_and_sees_the_settings() -> None:
     seen: list[ModelRequest] = []
 
-    class EchoClient:  # seed 002's provider: name, model, a plain complete()
+    class EchoClient:  # the smallest custom provider: name, model, a plain complete()
         name = "echo"
         model = "echo-v1"
 

@@ -1,4 +1,5 @@
-"""The built-in tool set: names, dangerous flags and schemas as in seed 003, and the exports."""
+"""The built-in tool set: names, dangerous flags and schemas as docs/tools.md lists them, and
+the exports."""
 
 from __future__ import annotations
 

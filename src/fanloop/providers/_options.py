@@ -1,4 +1,4 @@
-"""Model settings and native output formats on the two wires (DESIGN §9).
+"""Model settings and native output formats on the two wires (docs/model-settings.md).
 
 Setting: OpenAI Chat Completions / Anthropic Messages
 

@@ -1,4 +1,4 @@
-"""FallbackProvider: ask the next provider when one fails for good (DESIGN §9).
+"""FallbackProvider: ask the next provider when one fails for good (docs/providers.md).
 
 ::
 
