@@ -81,7 +81,7 @@ async def test_a_catastrophic_pattern_ends_with_the_tool_timeout(
     grep.timeout = 1.0
     async with heartbeat() as beat:
         result, took = await run_one(grep, pattern=pattern)
-    assert beat.max_gap < 0.1, beat
+    assert beat.max_stall < 0.1, beat
     assert took < 2.5
     assert result.termination_reason == TerminationReason.COMPLETED
     (answer,) = results(result.messages)
@@ -114,7 +114,7 @@ async def test_a_catastrophic_pattern_ends_with_the_run_deadline(ws: Path) -> No
         result, took = await run_one(
             GrepTool(root=ws, time_budget=60), Limits(timeout=1.0), pattern="(a|aa)+$"
         )
-    assert beat.max_gap < 0.1, beat
+    assert beat.max_stall < 0.1, beat
     assert took < 2.5
     if result.termination_reason == TerminationReason.COMPLETED:  # it answered just in time
         assert "timed out" in results(result.messages)[0].content
@@ -242,7 +242,7 @@ async def test_glob_over_a_huge_tree_ends_with_the_tool_timeout() -> None:
     glob.timeout = 0.5
     async with heartbeat() as beat:
         result, took = await run_one(glob, pattern="**/no-such-name-*.zzz")
-    assert beat.max_gap < 0.1, beat
+    assert beat.max_stall < 0.1, beat
     assert took < 2.0
     (answer,) = results(result.messages)
     assert "timed out" in answer.content
@@ -252,7 +252,7 @@ async def test_grep_over_a_huge_tree_ends_with_the_run_deadline() -> None:
     grep = GrepTool(root="/usr", max_visited=10**9, time_budget=60)
     async with heartbeat() as beat:
         _, took = await run_one(grep, Limits(timeout=1.0), pattern="no such text: zq9x")
-    assert beat.max_gap < 0.1, beat
+    assert beat.max_stall < 0.1, beat
     assert took < 2.5
 
 

@@ -197,7 +197,7 @@ async def test_the_env_tool_masks_off_the_event_loop() -> None:
     hostile["URL"] = "postgres://u:p@ss/w@rd@host/db"
     async with heartbeat() as beat:
         out = (await EnvTool(environ=hostile, max_value_chars=100_000).run()).content
-    assert beat.max_gap < 0.1, beat
+    assert beat.max_stall < 0.1, beat
     assert "PLAIN=visible" in out
     assert "URL=postgres://u:******@host/db" in out
     assert "sk-aaaa" not in out

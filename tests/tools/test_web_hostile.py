@@ -161,7 +161,7 @@ async def test_hostile_html_keeps_the_loop_running(site: Site, kind: str) -> Non
     started = time.monotonic()
     async with heartbeat() as beat:
         result = await tool.run(url=f"{site.url}/p")
-    assert beat.max_gap < 0.1, beat
+    assert beat.max_stall < 0.1, beat
     assert time.monotonic() - started < 10
     assert result.content.startswith(f"200 OK {site.url}/p")
 
@@ -174,7 +174,7 @@ async def test_slow_parse_times_out_within_the_budget(site: Site) -> None:
         with pytest.raises(ToolError, match=r"timed out after 0\.3 s"):
             await tool.run(url=f"{site.url}/p")
     assert time.monotonic() - started < 2
-    assert beat.max_gap < 0.1, beat
+    assert beat.max_stall < 0.1, beat
 
 
 def test_html_to_text_survives_hostile_character_references() -> None:
@@ -509,7 +509,7 @@ async def test_hostile_json_and_charsets_render_safely(site: Site) -> None:
             url=f"{site.url}/puny"
         )
         assert "abc-abc-" in fetched.content
-    assert beat.max_gap < 0.1, beat
+    assert beat.max_stall < 0.1, beat
 
 
 # -- TLS still verifies the host name on a pinned connection ---------------------------------
