@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 import pytest
+from slot_events import waiting_for_a_slot
 
 from fanloop import Agent, Limits, RetryPolicy, TerminationReason
 from fanloop.errors import ConfigurationError
@@ -132,20 +133,24 @@ async def test_a_run_waiting_for_pacing_ends_at_its_deadline_holding_nothing() -
 
 
 async def test_cancelled_while_waiting_for_a_slot_leaks_nothing() -> None:
-    release = anyio.Event()
+    holding, release = anyio.Event(), anyio.Event()
 
     async def respond(request: ModelRequest) -> str:
         if request.messages[0].content[0].text == "hold":  # type: ignore[union-attr]
+            holding.set()
             await release.wait()
         return "ok"
 
     pacing = Pacing(max_concurrency=1)
+    waiting = waiting_for_a_slot(pacing)
     agent = Agent(paced(ScriptedProvider(respond), pacing))
     async with anyio.create_task_group() as tg:
         tg.start_soon(agent.run, "hold")
-        await anyio.sleep(0.05)
-        with anyio.move_on_after(0.1):
-            await agent.run("cancelled while waiting")  # never gets the slot
+        await holding.wait()
+        async with anyio.create_task_group() as waiter:
+            waiter.start_soon(agent.run, "cancelled while waiting")  # never gets the slot
+            await waiting.wait()
+            waiter.cancel_scope.cancel()
         release.set()
     with anyio.fail_after(2):  # before: would wait for the leaked slot forever
         assert (await agent.run("after")).text == "ok"
