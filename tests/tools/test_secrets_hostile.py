@@ -4,7 +4,6 @@ registry tokens; in linear time on hostile values, off the event loop."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ from fanloop.tools._secrets import (
     redact,
     scrub_environ,
 )
-from heartbeat import heartbeat
+from heartbeat import cpu_seconds, heartbeat
 
 # (value, the secret part that must never show)
 SECRET_VALUES = [
@@ -178,11 +177,12 @@ def test_ordinary_values_are_shown(name: str, value: str) -> None:
     ],
 )
 def test_masking_is_linear_on_hostile_values(value: str) -> None:
-    started = time.monotonic()
-    mask_value("X", value)
-    redact(value)
-    redact(value * 4)
-    assert time.monotonic() - started < 3.0
+    def mask() -> None:
+        mask_value("X", value)
+        redact(value)
+        redact(value * 4)
+
+    assert cpu_seconds(mask) < 3.0
 
 
 def test_an_overlong_value_is_masked_whole() -> None:
