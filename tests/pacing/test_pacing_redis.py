@@ -21,6 +21,7 @@ from fanloop.events import PacingUnavailable, PacingWait
 from fanloop.pacing import PacingUnreachable, RedisPacing, paced
 from fanloop.providers import ModelRequest
 from fanloop.testing import FakeLLMServer, Fault, RateLimit, ScriptedProvider
+from heartbeat import Stopwatch
 
 
 async def stream_run(agent: Agent[Any, Any], prompt: str = "hi") -> tuple[Any, list[Any]]:
@@ -56,7 +57,10 @@ async def test_two_pacings_on_one_key_share_one_budget(redis_key: str) -> None:
     times.sort()
     gaps = [b - a for a, b in itertools.pairwise(times)]
     assert len(times) == 8
-    assert min(gaps) >= 0.035  # one schedule for both (before: two of them, each at once)
+    # One schedule for both: 50 ms apart. Two schedules (before) send four pairs at once, or
+    # all eight 25 ms apart; a busy machine that holds the process sends a call late, so it
+    # lands just before the next: two such gaps are allowed.
+    assert sum(gap < 0.035 for gap in gaps) <= 2, gaps
     assert times[-1] - times[0] >= 7 * 0.045
 
 
@@ -112,7 +116,7 @@ async def test_a_lease_held_by_a_killed_process_expires(redis_key: str) -> None:
         stop(holder)  # SIGKILL: nothing gives the slot back
         provider, _times = clocked()
         pacing = RedisPacing(REDIS_URL, key=redis_key, max_concurrency=1, lease_ttl=1.0)
-        started = time.monotonic()
+        watch = Stopwatch()
         try:
             with anyio.fail_after(5):
                 result, events = await stream_run(Agent(paced(provider, pacing)))
@@ -121,15 +125,14 @@ async def test_a_lease_held_by_a_killed_process_expires(redis_key: str) -> None:
     finally:
         stop(holder)
     assert result.text == "ok"
-    waited = time.monotonic() - started
-    assert 0.3 < waited < 3.0  # the dead process's lease ran out (lease_ttl = 1 s)
+    assert watch.wall > 0.3 and watch.own < 3.0, watch  # the dead one's lease_ttl = 1 s ran out
     assert {e.reason for e in events if isinstance(e, PacingWait)} == {"concurrency"}
 
 
 async def test_unreachable_redis_fails_open_with_a_warning_event() -> None:
     pacing = RedisPacing("redis://127.0.0.1:1/0", key="nowhere", requests_per_minute=1)
     agent = Agent(paced(ScriptedProvider(lambda r: "unpaced"), pacing))
-    started = time.monotonic()
+    watch = Stopwatch()
     try:
         for _ in range(3):  # rpm=1 would make the second wait a minute if it were paced
             result, events = await stream_run(agent)
@@ -138,7 +141,7 @@ async def test_unreachable_redis_fails_open_with_a_warning_event() -> None:
             assert event.fail_open and event.key == "nowhere" and "Connection" in event.error
     finally:
         await pacing.aclose()
-    assert time.monotonic() - started < 2
+    assert watch.own < 2, watch
 
 
 async def test_unreachable_redis_fails_closed_with_a_transient_error() -> None:
@@ -179,9 +182,9 @@ async def test_a_redis_that_never_answers_cannot_hang_a_call() -> None:
         f"redis://127.0.0.1:{port}/0", key="silent", max_concurrency=1, timeout=0.3
     )
     try:
-        started = time.monotonic()
+        watch = Stopwatch()
         result, events = await stream_run(Agent(paced(ScriptedProvider(["ok"]), pacing)))
-        assert time.monotonic() - started < 2.0
+        assert watch.own < 2.0, watch
         assert result.text == "ok"
         assert any(isinstance(e, PacingUnavailable) for e in events)
     finally:
@@ -229,9 +232,11 @@ def test_four_processes_share_one_rate_limit_without_429s(redis_key: str) -> Non
 
 def test_a_429_cools_down_every_process_of_the_group(redis_key: str) -> None:
     """One call gets a 429 with Retry-After: 2; no request of any process reaches the server
-    in the 2 s after it. Requests already past the pacing when the 429 came may still land
-    within 150 ms (seen at 57 ms on a loaded 2-core machine); the group's pace, 5 a second,
-    puts the next request without a cooldown ~200 ms after the 429, so one would show."""
+    in the 2 s after it. Requests already past the pacing when the 429 came, or let through
+    before the group learned of it, may still land soon after it: within 57 ms on a loaded
+    2-core machine, 163 ms with CPU burners beside it, so 400 ms are allowed. The group's pace,
+    2 a second, puts the next request without a cooldown ~500 ms after the 429, so one would
+    show."""
     arrivals: list[tuple[float, str, int]] = []
     lock = threading.Lock()
 
@@ -247,9 +252,9 @@ def test_a_429_cools_down_every_process_of_the_group(redis_key: str) -> None:
             "base_url": server.openai_base_url,
             "redis_url": REDIS_URL,
             "redis_key": redis_key,
-            "rpm": 300,  # 5 a second across the group
+            "rpm": 120,  # 2 a second across the group
             "jitter": 0.2,
-            "runs": 6,
+            "runs": 5,
         }
         reports = run_workers([{**config, "worker": i} for i in range(3)])
         workers = [r.headers.get("x-worker") for r in server.requests]
@@ -257,8 +262,8 @@ def test_a_429_cools_down_every_process_of_the_group(redis_key: str) -> None:
     times = [t for t, _, _ in arrivals]
     hit = times[5]
     after = [t - hit for t in times[6:]]
-    assert after and all(d <= 0.15 or d >= 2.0 for d in after), after
-    assert sum(1 for d in after if d >= 2.0) >= 12  # the group went on after the cooldown
+    assert after and all(d <= 0.4 or d >= 2.0 for d in after), after
+    assert sum(1 for d in after if d >= 2.0) >= 7  # the group went on after the cooldown
     cooled = [r for r in reports if r["waits"].get("cooldown")]
     assert len(cooled) >= 2  # processes other than the one that got the 429 waited too
     assert len(set(workers)) == 3
