@@ -18,6 +18,7 @@ from anyio.abc import Process
 
 from fanloop.errors import ToolError
 from fanloop.tools import BashTool
+from fanloop.tools.shell import run_command
 
 
 def alive(pid: int) -> bool:
@@ -151,6 +152,14 @@ async def test_cancellation_while_the_process_starts_kills_the_group(
     pids = read_pids(ws / "pids")
     assert len(pids) == 3
     assert [pid for pid in pids if alive(pid)] == []
+
+
+async def test_a_caller_already_cancelled_starts_nothing(ws: Path) -> None:
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await run_command(["bash", "-c", "echo $$ > pids"], cwd=ws, timeout=10)
+    assert scope.cancelled_caught
+    assert not (ws / "pids").exists()
 
 
 async def test_a_background_child_holding_the_pipe_does_not_block(ws: Path) -> None:

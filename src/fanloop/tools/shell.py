@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import ByteReceiveStream, Process
 
 from .._log import logger
@@ -218,6 +219,7 @@ async def run_command(
         ToolError: the program could not be started.
     """
     started = time.monotonic()
+    await anyio.lowlevel.checkpoint_if_cancelled()  # nothing is started for a cancelled caller
     try:
         # Shielded: the child runs as soon as it is spawned, before ``open_process`` returns (it
         # still connects the pipes). A cancellation delivered in that window would lose the
