@@ -87,7 +87,9 @@ async def test_timeout_kills_the_whole_process_group(ws: Path) -> None:
     )
     started = time.monotonic()
     result = await BashTool(root=ws, kill_grace=0.3).run(command=command, timeout=1)
-    assert time.monotonic() - started < 5
+    # 1 s, the 0.3 s grace and the moment SIGKILL takes; a margin for a busy machine. A group
+    # that ignores SIGTERM and is never sent SIGKILL would run for its 60 s.
+    assert time.monotonic() - started < 10
     assert result.is_error
     assert result.metadata == {"exit_code": None, "timed_out": True}
     assert result.content == (
