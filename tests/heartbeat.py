@@ -93,7 +93,9 @@ class Stopwatch:
     ``own`` is what the process's own doing took: timers, blocking calls and the work's CPU
     time count in full; the time a busy machine kept the process's threads from running does
     not. Work done in another process is not counted in its waits: bound that on the wall
-    clock, with a margin a loaded machine meets.
+    clock, with a margin a loaded machine meets. ``own`` is for upper bounds only: a thread
+    that waited for a CPU while the call slept on a timer is taken out too, so a lower bound
+    ("it did wait 0.3 s") belongs on ``wall``, which a busy machine only lengthens.
     """
 
     def __init__(self) -> None:

@@ -339,4 +339,4 @@ async def test_a_hostile_server_cannot_freeze_the_group() -> None:
             with anyio.fail_after(5):
                 result = await Agent(capped, retry=RetryPolicy(max_retries=1)).run("hi")
     assert result.text == "after"
-    assert 0.25 < watch.own < 2, watch  # the cooldown, capped at 0.3 s
+    assert watch.wall > 0.25 and watch.own < 2, watch  # the cooldown, capped at 0.3 s
