@@ -100,9 +100,16 @@ class Stopwatch:
 
     def __init__(self) -> None:
         self._waits, self._start = cpu_waits(), time.monotonic()
+        self._seen = dict(self._waits or {})  # each thread's waits, as last read
 
     def __repr__(self) -> str:
         return f"<Stopwatch own={self.own:.3f}s wall={self.wall:.3f}s>"
+
+    def mark(self) -> None:
+        """Read every thread's waits now. A thread's waits can only be read while it lives:
+        a worker that ends before ``own`` is read calls this last, so its waits count."""
+        for tid, ns in (cpu_waits() or {}).items():
+            self._seen[tid] = max(ns, self._seen.get(tid, 0))
 
     @property
     def wall(self) -> float:
@@ -112,9 +119,9 @@ class Stopwatch:
     @property
     def own(self) -> float:
         """Wall-clock seconds since the start, less the time the process waited for a CPU."""
-        waits, now = cpu_waits(), time.monotonic()
-        elapsed = now - self._start
-        return elapsed - min(waited_between(self._waits, waits), elapsed)
+        self.mark()
+        elapsed = time.monotonic() - self._start
+        return elapsed - min(waited_between(self._waits, self._seen), elapsed)
 
 
 class Heartbeat:

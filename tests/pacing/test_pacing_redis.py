@@ -232,11 +232,10 @@ def test_four_processes_share_one_rate_limit_without_429s(redis_key: str) -> Non
 
 def test_a_429_cools_down_every_process_of_the_group(redis_key: str) -> None:
     """One call gets a 429 with Retry-After: 2; no request of any process reaches the server
-    in the 2 s after it. Requests already past the pacing when the 429 came, or let through
-    before the group learned of it, may still land soon after it: within 57 ms on a loaded
-    2-core machine, 163 ms with CPU burners beside it, so 400 ms are allowed. The group's pace,
-    2 a second, puts the next request without a cooldown ~500 ms after the 429, so one would
-    show."""
+    in the 2 s after it but the few already on their way (let through before the group learned
+    of the 429): they land within 57 ms on a loaded 2-core machine, 163 ms with CPU burners
+    beside it. At the group's pace, 5 a second, ten requests would land in those 2 s without
+    the cooldown; three are allowed, each within a second."""
     arrivals: list[tuple[float, str, int]] = []
     lock = threading.Lock()
 
@@ -252,9 +251,9 @@ def test_a_429_cools_down_every_process_of_the_group(redis_key: str) -> None:
             "base_url": server.openai_base_url,
             "redis_url": REDIS_URL,
             "redis_key": redis_key,
-            "rpm": 120,  # 2 a second across the group
+            "rpm": 300,  # 5 a second across the group
             "jitter": 0.2,
-            "runs": 5,
+            "runs": 6,
         }
         reports = run_workers([{**config, "worker": i} for i in range(3)])
         workers = [r.headers.get("x-worker") for r in server.requests]
@@ -262,8 +261,9 @@ def test_a_429_cools_down_every_process_of_the_group(redis_key: str) -> None:
     times = [t for t, _, _ in arrivals]
     hit = times[5]
     after = [t - hit for t in times[6:]]
-    assert after and all(d <= 0.4 or d >= 2.0 for d in after), after
-    assert sum(1 for d in after if d >= 2.0) >= 7  # the group went on after the cooldown
+    early = [d for d in after if d < 2.0]
+    assert len(early) <= 3 and all(d < 1.0 for d in early), after
+    assert sum(1 for d in after if d >= 2.0) >= 10  # the group went on after the cooldown
     cooled = [r for r in reports if r["waits"].get("cooldown")]
     assert len(cooled) >= 2  # processes other than the one that got the 429 waited too
     assert len(set(workers)) == 3
