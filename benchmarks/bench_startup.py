@@ -14,7 +14,9 @@ For where the time goes: ``python -X importtime -m fanloop run hi 2> imports.txt
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -69,6 +71,7 @@ class _TimedServer(FakeLLMServer):
 
 
 _PYCACHE = tempfile.mkdtemp(prefix="fanloop-bench-pycache-")
+atexit.register(shutil.rmtree, _PYCACHE, ignore_errors=True)  # a run leaves nothing in /tmp
 
 
 def _environment(server: _TimedServer, vendor: str, **extra: str) -> dict[str, str]:

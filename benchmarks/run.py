@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import concurrent.futures
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -156,6 +158,7 @@ def concurrency(sizes: list[int], baseline_sizes: set[int], repeats: int) -> lis
 
 
 _PYCACHE = tempfile.mkdtemp(prefix="fanloop-bench-pycache-")
+atexit.register(shutil.rmtree, _PYCACHE, ignore_errors=True)  # a run leaves nothing in /tmp
 
 
 def _child_env() -> dict[str, str]:

@@ -19,6 +19,7 @@ fast, the processes are forked from one that has already imported fanloop and th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -172,10 +173,10 @@ def run_scripts(scripts: Sequence[Script], base: Path) -> dict[str, str | None]:
     )
     try:
         stdout, stderr = runner.communicate(timeout=100)
-    except subprocess.TimeoutExpired:
-        os.killpg(runner.pid, signal.SIGKILL)
+    finally:  # whatever ends the wait: a script that started a process of its own leaves none
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(runner.pid, signal.SIGKILL)
         runner.communicate()
-        raise
     assert runner.returncode == 0, stderr
     codes = {name: int(code) for name, code in (line.split() for line in stdout.splitlines())}
     return {s.name: s.problem(codes[s.name], (base / f"{s.name}.err").read_text()) for s in scripts}

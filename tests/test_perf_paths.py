@@ -62,6 +62,7 @@ async def test_streams_on_one_loop_each_time_out_on_their_own_clock() -> None:
     """A stream with a short idle timeout started after one with a long timeout is cut at
     its own deadline; the long one and a live one run on; a later silent one is cut too."""
     outcomes: dict[str, Any] = {}
+    three_ended = anyio.Event()
 
     async def run(label: str, agent: Agent[Any, Any]) -> None:
         started = time.monotonic()
@@ -70,6 +71,8 @@ async def test_streams_on_one_loop_each_time_out_on_their_own_clock() -> None:
             outcomes[label] = (result.termination_reason, time.monotonic() - started)
         except ProviderTimeout:
             outcomes[label] = ("timeout", time.monotonic() - started)
+        if len(outcomes) == 3:
+            three_ended.set()
 
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
@@ -79,8 +82,7 @@ async def test_streams_on_one_loop_each_time_out_on_their_own_clock() -> None:
             tg.start_soon(run, "silent, 0.2 s", _agent(Streams(None), 0.2))
             await anyio.sleep(0.5)
             tg.start_soon(run, "silent again, 0.2 s", _agent(Streams(None), 0.2))
-            while len(outcomes) < 3:
-                await anyio.sleep(0.05)
+            await three_ended.wait()
             tg.cancel_scope.cancel()  # the 30 s one has made its point by still waiting
     assert outcomes["silent, 0.2 s"][0] == "timeout"
     assert outcomes["silent, 0.2 s"][1] < 5

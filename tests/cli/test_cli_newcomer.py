@@ -94,7 +94,9 @@ def test_batch_wall_time_leaves_out_the_approval_prompt(
     t.send("y\n")
     shown = t.expect(r"⇉ 2 calls side by side: [0-9.]+s wall time")
     wall = float(re.findall(r"side by side: ([0-9.]+)s wall time", shown)[-1])
-    assert wall < 0.75, shown  # the 1.5 s at the prompt are not counted
+    # The 1.5 s at the prompt are not counted; the two calls take a few ms, and up to a few
+    # hundred on a busy machine.
+    assert wall < 1.2, shown
     t.expect("Both done.")
     assert t.wait() == 0
 

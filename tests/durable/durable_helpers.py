@@ -20,6 +20,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import leftovers
 from fanloop.providers import Usage
 from fanloop.testing import Fault, call, reply
 
@@ -257,10 +258,12 @@ class Env:
     workers: list[Worker] = field(default_factory=list)
 
     def worker(self, executor: str, *flags: str) -> Worker:
-        """Start a worker process (it launches DBOS; wait for its ``READY``)."""
+        """Start a worker process (it launches DBOS; wait for its ``READY``). It is the
+        module's: stopped with the others when the module's tests are done."""
         urls = (self.server.openai_base_url, self.slow_server.openai_base_url)
         worker = Worker(self.db_url, urls, executor, self.marks, *flags)
         self.workers.append(worker)
+        leftovers.owned_by_fixture(worker.process.pid)
         return worker
 
 

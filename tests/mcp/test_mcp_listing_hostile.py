@@ -85,7 +85,7 @@ async def load_under_heartbeat(server: MCPServer) -> tuple[BaseException | None,
 
 async def test_a_stdio_server_listing_20000_tools_is_refused_without_stalling() -> None:
     error, beat = await load_under_heartbeat(flood(f"many:{FLOOD_TOOLS}"))
-    assert beat.beats > 0 and beat.max_gap < 0.1, beat  # the 11 MB page was decoded aside
+    assert beat.beats > 0 and beat.max_stall < 0.1, beat  # the 11 MB page was decoded aside
     assert isinstance(error, MCPListingError), error
     assert error.limit == "max_listing_bytes"
     assert "MCPLimits(max_listing_bytes=1,048,576)" in str(error)
@@ -97,14 +97,14 @@ async def test_a_wider_byte_limit_still_stops_at_max_tools() -> None:
     assert isinstance(error, MCPListingError), error
     assert error.limit == "max_tools"
     assert "lists 20,000 tools (MCPLimits(max_tools=128))" in str(error)
-    assert beat.beats > 0 and beat.max_gap < 0.1, beat  # never validated by the SDK
+    assert beat.beats > 0 and beat.max_stall < 0.1, beat  # never validated by the SDK
 
 
 async def test_an_http_server_listing_20000_tools_is_refused_without_stalling(
     flood_http: FloodHttp,
 ) -> None:
     error, beat = await load_under_heartbeat(MCPServer.http(flood_http.url))
-    assert beat.beats > 0 and beat.max_gap < 0.1, beat  # read up to the cap, never decoded
+    assert beat.beats > 0 and beat.max_stall < 0.1, beat  # read up to the cap, never decoded
     assert isinstance(error, MCPListingError), error
     assert error.limit == "max_listing_bytes"
     assert "MCPLimits(max_listing_bytes=1,048,576)" in str(error)

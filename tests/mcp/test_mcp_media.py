@@ -144,7 +144,7 @@ async def test_decoding_megabytes_keeps_the_loop_ticking() -> None:
         for _ in range(3):
             result = await tool.run()
     assert len(result.parts) == 11
-    assert beat.beats > 0 and beat.max_gap < 0.1, beat  # no beat at all: the loop was held
+    assert beat.max_stall < 0.1, beat
 
 
 async def test_a_real_server_sends_images_and_pdfs(stdio_server: ServerFactory) -> None:

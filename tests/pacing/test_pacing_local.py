@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 import pytest
+from slot_events import waiting_for_a_slot
 
 from fanloop import Agent, Limits, RetryPolicy, TerminationReason
 from fanloop.errors import ConfigurationError
@@ -22,6 +23,7 @@ from fanloop.providers import ModelRequest, Usage
 from fanloop.providers.anthropic import AnthropicProvider
 from fanloop.providers.openai import OpenAIProvider
 from fanloop.testing import FakeLLMServer, Fault, ScriptedProvider, reply
+from heartbeat import Stopwatch
 
 
 def clocked(answer: Any = "ok", *, hold: float = 0.0) -> tuple[ScriptedProvider, dict[str, Any]]:
@@ -65,7 +67,10 @@ async def test_requests_per_minute_spaces_concurrent_runs() -> None:
     assert [r.termination_reason for r, _ in results] == [TerminationReason.COMPLETED] * 6
     times = sorted(stats["times"])
     gaps = [b - a for a, b in itertools.pairwise(times)]
-    assert min(gaps) >= 0.04  # evenly spaced, not a burst (before: all six at once)
+    # Evenly spaced, not a burst (before: all six at once). A busy machine that holds the
+    # process sends a call late, so it lands just before the next: two such gaps are allowed.
+    assert sum(gap < 0.04 for gap in gaps) <= 2, gaps
+    assert times[-1] - times[0] >= 5 * 0.045
     waits = [e for _, events in results for e in events if isinstance(e, PacingWait)]
     assert len(waits) == 5 and {w.reason for w in waits} == {"requests"}
     assert all(w.key == "local" and w.agent_path == ("agent",) for w in waits)
@@ -94,11 +99,11 @@ async def test_token_budget_is_charged_an_estimate_and_settled_with_the_usage() 
     request = ModelRequest(messages=(), max_tokens=500)
     assert pacing.cost(request) >= 500
     # One after the other: each call's charge is settled to its 10 tokens before the next.
-    started = time.monotonic()
+    watch = Stopwatch()
     for _ in range(4):
         result, _events = await stream_run(agent)
         assert result.termination_reason is TerminationReason.COMPLETED
-    assert time.monotonic() - started < 0.5  # unsettled, 4 charges of 500+ would take 2.5 s
+    assert watch.own < 0.5, watch  # unsettled, 4 charges of 500+ would take 2.5 s
     # At once: the second waits for the first's charge (the estimate), for tokens.
     results: list[Any] = []
 
@@ -119,33 +124,37 @@ async def test_a_run_waiting_for_pacing_ends_at_its_deadline_holding_nothing() -
     agent = Agent(paced(provider, pacing))
     assert (await agent.run("first")).termination_reason is TerminationReason.COMPLETED
     waiting = Agent(paced(provider, pacing), limits=Limits(timeout=0.2))
-    started = time.monotonic()
+    watch = Stopwatch()
     result = await waiting.run("second")
     assert result.termination_reason is TerminationReason.DEADLINE  # the wait counted
-    assert time.monotonic() - started < 0.8
+    assert watch.own < 0.8, watch  # not the second it would take to get the slot
     # Its booked slot was rolled back: the next call gets it (one second after the first),
     # not the one after.
-    started = time.monotonic()
+    watch = Stopwatch()
     assert (await agent.run("third")).termination_reason is TerminationReason.COMPLETED
-    assert time.monotonic() - started < 1.0
+    assert watch.own < 1.0, watch
     assert len(stats["times"]) == 2
 
 
 async def test_cancelled_while_waiting_for_a_slot_leaks_nothing() -> None:
-    release = anyio.Event()
+    holding, release = anyio.Event(), anyio.Event()
 
     async def respond(request: ModelRequest) -> str:
         if request.messages[0].content[0].text == "hold":  # type: ignore[union-attr]
+            holding.set()
             await release.wait()
         return "ok"
 
     pacing = Pacing(max_concurrency=1)
+    waiting = waiting_for_a_slot(pacing)
     agent = Agent(paced(ScriptedProvider(respond), pacing))
     async with anyio.create_task_group() as tg:
         tg.start_soon(agent.run, "hold")
-        await anyio.sleep(0.05)
-        with anyio.move_on_after(0.1):
-            await agent.run("cancelled while waiting")  # never gets the slot
+        await holding.wait()
+        async with anyio.create_task_group() as waiter:
+            waiter.start_soon(agent.run, "cancelled while waiting")  # never gets the slot
+            await waiting.wait()
+            waiter.cancel_scope.cancel()
         release.set()
     with anyio.fail_after(2):  # before: would wait for the leaked slot forever
         assert (await agent.run("after")).text == "ok"
@@ -166,7 +175,7 @@ async def test_a_429_puts_every_run_into_one_cooldown_and_the_retry_goes_when_it
             "claude-sonnet-4-5", api_key="k", base_url=server.anthropic_base_url, pacing=pacing
         )
         async with provider:
-            agent = Agent(provider, retry=RetryPolicy(max_retries=3, base_delay=0.5))
+            agent = Agent(provider, retry=RetryPolicy(max_retries=3, base_delay=2.0))
             first = await stream_run(agent)  # gets the 429, then its retry
             assert first[0].text == "done"
             results = []
@@ -177,7 +186,9 @@ async def test_a_429_puts_every_run_into_one_cooldown_and_the_retry_goes_when_it
             # Start more runs inside a fresh cooldown: none may go before it ends.
             server_429 = times[0]
             assert times[1] - server_429 >= 0.6  # the retry waited for the cooldown ...
-            assert times[1] - server_429 < 0.6 + 0.45  # ... not the cooldown plus a backoff
+            # ... not the cooldown plus a backoff (at least half the 2 s base delay): the
+            # 0.9 s margin is for a busy machine, where the retry is late to be sent.
+            assert times[1] - server_429 < 0.6 + 0.9
             retries = [e for e in first[1] if isinstance(e, RetryScheduled)]
             assert [r.delay for r in retries] == [0.0]  # the wait is the cooldown's
             waits = [e for e in first[1] if isinstance(e, PacingWait)]
@@ -342,8 +353,8 @@ async def test_a_hostile_server_cannot_freeze_the_group() -> None:
         async with AnthropicProvider(
             "claude-sonnet-4-5", api_key="k", base_url=server.anthropic_base_url, pacing=pacing
         ) as capped:
-            started = time.monotonic()
+            watch = Stopwatch()
             with anyio.fail_after(5):
                 result = await Agent(capped, retry=RetryPolicy(max_retries=1)).run("hi")
     assert result.text == "after"
-    assert 0.25 < time.monotonic() - started < 2
+    assert watch.wall > 0.25 and watch.own < 2, watch  # the cooldown, capped at 0.3 s

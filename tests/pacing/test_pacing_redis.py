@@ -14,12 +14,14 @@ from typing import Any
 import anyio
 import pytest
 from pacing_workers import REDIS_URL, expect, run_workers, start, stop
+from slot_events import waiting_for_a_slot
 
 from fanloop import Agent, RetryPolicy, TerminationReason
 from fanloop.events import PacingUnavailable, PacingWait
 from fanloop.pacing import PacingUnreachable, RedisPacing, paced
 from fanloop.providers import ModelRequest
 from fanloop.testing import FakeLLMServer, Fault, RateLimit, ScriptedProvider
+from heartbeat import Stopwatch
 
 
 async def stream_run(agent: Agent[Any, Any], prompt: str = "hi") -> tuple[Any, list[Any]]:
@@ -55,26 +57,33 @@ async def test_two_pacings_on_one_key_share_one_budget(redis_key: str) -> None:
     times.sort()
     gaps = [b - a for a, b in itertools.pairwise(times)]
     assert len(times) == 8
-    assert min(gaps) >= 0.035  # one schedule for both (before: two of them, each at once)
+    # One schedule for both: 50 ms apart. Two schedules (before) send four pairs at once, or
+    # all eight 25 ms apart; a busy machine that holds the process sends a call late, so it
+    # lands just before the next: two such gaps are allowed.
+    assert sum(gap < 0.035 for gap in gaps) <= 2, gaps
     assert times[-1] - times[0] >= 7 * 0.045
 
 
 async def test_cancelled_waiter_leaves_no_lease_and_tokens_settle(redis_key: str) -> None:
-    release = anyio.Event()
+    holding, release = anyio.Event(), anyio.Event()
 
     async def respond(request: ModelRequest) -> str:
         if request.messages[0].content[0].text == "hold":  # type: ignore[union-attr]
+            holding.set()
             await release.wait()
         return "ok"
 
     pacing = RedisPacing(REDIS_URL, key=redis_key, max_concurrency=1, tokens_per_minute=600_000)
+    waiting = waiting_for_a_slot(pacing)
     agent = Agent(paced(ScriptedProvider(respond), pacing), max_tokens=100)
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(agent.run, "hold")
-            await anyio.sleep(0.1)
-            with anyio.move_on_after(0.2):
-                await agent.run("cancelled while waiting")
+            await holding.wait()
+            async with anyio.create_task_group() as waiter:
+                waiter.start_soon(agent.run, "cancelled while waiting")
+                await waiting.wait()
+                waiter.cancel_scope.cancel()
             release.set()
         with anyio.fail_after(3):
             assert (await agent.run("after")).text == "ok"
@@ -107,7 +116,7 @@ async def test_a_lease_held_by_a_killed_process_expires(redis_key: str) -> None:
         stop(holder)  # SIGKILL: nothing gives the slot back
         provider, _times = clocked()
         pacing = RedisPacing(REDIS_URL, key=redis_key, max_concurrency=1, lease_ttl=1.0)
-        started = time.monotonic()
+        watch = Stopwatch()
         try:
             with anyio.fail_after(5):
                 result, events = await stream_run(Agent(paced(provider, pacing)))
@@ -116,8 +125,7 @@ async def test_a_lease_held_by_a_killed_process_expires(redis_key: str) -> None:
     finally:
         stop(holder)
     assert result.text == "ok"
-    waited = time.monotonic() - started
-    assert 0.3 < waited < 3.0  # the dead process's lease ran out (lease_ttl = 1 s)
+    assert watch.wall > 0.3 and watch.own < 3.0, watch  # the dead one's lease_ttl = 1 s ran out
     assert {e.reason for e in events if isinstance(e, PacingWait)} == {"concurrency"}
 
 
@@ -142,7 +150,7 @@ async def test_a_later_shorter_retry_after_does_not_shorten_the_shared_cooldown(
 async def test_unreachable_redis_fails_open_with_a_warning_event() -> None:
     pacing = RedisPacing("redis://127.0.0.1:1/0", key="nowhere", requests_per_minute=1)
     agent = Agent(paced(ScriptedProvider(lambda r: "unpaced"), pacing))
-    started = time.monotonic()
+    watch = Stopwatch()
     try:
         for _ in range(3):  # rpm=1 would make the second wait a minute if it were paced
             result, events = await stream_run(agent)
@@ -151,7 +159,7 @@ async def test_unreachable_redis_fails_open_with_a_warning_event() -> None:
             assert event.fail_open and event.key == "nowhere" and "Connection" in event.error
     finally:
         await pacing.aclose()
-    assert time.monotonic() - started < 2
+    assert watch.own < 2, watch
 
 
 async def test_unreachable_redis_fails_closed_with_a_transient_error() -> None:
@@ -192,9 +200,9 @@ async def test_a_redis_that_never_answers_cannot_hang_a_call() -> None:
         f"redis://127.0.0.1:{port}/0", key="silent", max_concurrency=1, timeout=0.3
     )
     try:
-        started = time.monotonic()
+        watch = Stopwatch()
         result, events = await stream_run(Agent(paced(ScriptedProvider(["ok"]), pacing)))
-        assert time.monotonic() - started < 2.0
+        assert watch.own < 2.0, watch
         assert result.text == "ok"
         assert any(isinstance(e, PacingUnavailable) for e in events)
     finally:
@@ -210,16 +218,19 @@ def test_four_processes_share_one_rate_limit_without_429s(redis_key: str) -> Non
     """4 worker processes x 250 concurrent runs, one RedisPacing key, a server that allows
     250 requests in any second (a sliding window) and answers 429 past it.
 
-    The pacing is set to 80 % of the server's limit: the stated margin for the time between
-    the pacing's check and the request's arrival, which on a loaded 2-core machine varies by
-    up to a couple of hundred milliseconds between processes."""
+    The pacing is set to half the server's limit: the margin for the time between the pacing's
+    check and the request's arrival. On a busy 2-core machine (CPU burners and other test runs
+    beside it) a process falls behind another by hundreds of milliseconds; at 80 % of the limit,
+    11 % of the requests were refused there. At half, a process may fall a whole second behind
+    the others and the server still sees no more than 250 in any second; without one shared
+    schedule, four processes at 125 a second would send 500 a second and half would be refused."""
     limit = RateLimit(requests=250, per=1.0, retry_after=1.0)
     with FakeLLMServer(responder=lambda body: "done", rate_limit=limit, record=False) as server:
         config = {
             "base_url": server.openai_base_url,
             "redis_url": REDIS_URL,
             "redis_key": redis_key,
-            "rpm": 250 * 60 * 0.8,
+            "rpm": 250 * 60 * 0.5,
             "runs": 250,
         }
         reports = run_workers([{**config, "worker": i} for i in range(4)])
@@ -239,9 +250,10 @@ def test_four_processes_share_one_rate_limit_without_429s(redis_key: str) -> Non
 
 def test_a_429_cools_down_every_process_of_the_group(redis_key: str) -> None:
     """One call gets a 429 with Retry-After: 2; no request of any process reaches the server
-    in the 2 s after it. Requests already past the pacing when the 429 came may still land
-    within 150 ms (seen at 57 ms on a loaded 2-core machine); the group's pace, 5 a second,
-    puts the next request without a cooldown ~200 ms after the 429, so one would show."""
+    in the 2 s after it but the few already on their way (let through before the group learned
+    of the 429): they land within 57 ms on a loaded 2-core machine, 163 ms with CPU burners
+    beside it. At the group's pace, 5 a second, ten requests would land in those 2 s without
+    the cooldown; three are allowed, each within a second."""
     arrivals: list[tuple[float, str, int]] = []
     lock = threading.Lock()
 
@@ -267,8 +279,9 @@ def test_a_429_cools_down_every_process_of_the_group(redis_key: str) -> None:
     times = [t for t, _, _ in arrivals]
     hit = times[5]
     after = [t - hit for t in times[6:]]
-    assert after and all(d <= 0.15 or d >= 2.0 for d in after), after
-    assert sum(1 for d in after if d >= 2.0) >= 12  # the group went on after the cooldown
+    early = [d for d in after if d < 2.0]
+    assert len(early) <= 3 and all(d < 1.0 for d in early), after
+    assert sum(1 for d in after if d >= 2.0) >= 10  # the group went on after the cooldown
     cooled = [r for r in reports if r["waits"].get("cooldown")]
     assert len(cooled) >= 2  # processes other than the one that got the 429 waited too
     assert len(set(workers)) == 3

@@ -131,6 +131,7 @@ async def _case(transport: str, api: str, streaming: bool, name: str) -> dict[st
         "message": str(error)[:200] if error is not None else None,
         "seconds": time.perf_counter() - started,
         "max_gap": beat.max_gap,
+        "max_stall": beat.max_stall,
     }
 
 

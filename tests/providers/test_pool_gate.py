@@ -23,9 +23,9 @@ def slow_app(request: httpx2.Request) -> httpx2.Response:
     return httpx2.Response(200, stream=Body())
 
 
-def gated(limit: int) -> tuple[httpx2.AsyncClient, GatedTransport]:
+def gated(limit: int, pool: float = 0.05) -> tuple[httpx2.AsyncClient, GatedTransport]:
     transport = GatedTransport(httpx2.MockTransport(slow_app), limit)
-    client = httpx2.AsyncClient(transport=transport, timeout=httpx2.Timeout(5, pool=0.05))
+    client = httpx2.AsyncClient(transport=transport, timeout=httpx2.Timeout(5, pool=pool))
     return client, transport
 
 
@@ -74,7 +74,9 @@ async def test_slots_come_back_on_close_error_and_cancel() -> None:
 
 
 async def test_many_requests_pass_through_few_slots() -> None:
-    client, _ = gated(2)
+    # The last waits for four rounds of the others: on a busy machine far longer than 50 ms.
+    # A slot that never came back would still time the waiters out, after 5 s.
+    client, _ = gated(2, pool=5)
     done = []
     async with client:
 

@@ -51,7 +51,7 @@ from fanloop.providers._wire import (
 from fanloop.testing import FakeLLMServer, call, reply
 from fanloop.testing._faults import Hostile
 from fanloop.testing._server import _anthropic_events, _openai_chunks
-from heartbeat import heartbeat
+from heartbeat import cpu_seconds, heartbeat
 
 MiB = 1024 * 1024
 STREAMING = pytest.mark.parametrize("streaming", [True, False], ids=["stream", "complete"])
@@ -163,12 +163,16 @@ def provider_error(result: Any, provider: HTTPProvider) -> ProviderError:
 def test_sse_decoding_is_linear_in_one_huge_frame() -> None:
     decoder = SSEDecoder(max_frame_bytes=64 * MiB)
     chunk = b"x" * (64 * 1024)
-    started = time.perf_counter()
-    assert decoder.feed(b"data: ") == []
-    for _ in range(32 * 16):  # 32 MiB (quadratic decoding took ~10 s here)
-        assert decoder.feed(chunk) == []
-    frames = decoder.feed(b"\r\n\r\n")
-    assert time.perf_counter() - started < 1.0
+    frames: list[tuple[bytes, bytes]] = []
+
+    def decode() -> None:
+        assert decoder.feed(b"data: ") == []
+        for _ in range(32 * 16):  # 32 MiB
+            assert decoder.feed(chunk) == []
+        frames.extend(decoder.feed(b"\r\n\r\n"))
+
+    # Linear decoding takes 0.13 s of CPU here, quadratic decoding took ~10 s.
+    assert cpu_seconds(decode) < 1.0
     assert len(frames) == 1 and len(frames[0][1]) == 32 * MiB
 
 
@@ -189,12 +193,14 @@ def test_a_frame_over_the_cap_raises_before_more_is_buffered() -> None:
 
 def test_many_lines_and_frames_decode_in_linear_time() -> None:
     decoder = SSEDecoder()
-    started = time.perf_counter()
-    lines = MAX_FRAME_LINES
-    frames = decoder.feed(b"data: x\n" * lines + b"\n")  # one frame of as many lines as allowed
-    assert frames == [(b"", b"\n".join([b"x"] * lines))]
-    assert decoder.feed(b": keep-alive\n\n" * 300_000) == []  # comments yield nothing
-    assert time.perf_counter() - started < 1.0
+
+    def decode() -> None:
+        lines = MAX_FRAME_LINES  # one frame of as many lines as allowed
+        frames = decoder.feed(b"data: x\n" * lines + b"\n")
+        assert frames == [(b"", b"\n".join([b"x"] * lines))]
+        assert decoder.feed(b": keep-alive\n\n" * 300_000) == []  # comments yield nothing
+
+    assert cpu_seconds(decode) < 1.0
 
 
 @pytest.mark.parametrize("line", [b"data: x\n", b": keep-alive\n", b"event: x\n", b"data: x\r\n"])
@@ -349,7 +355,7 @@ async def test_a_huge_answer_is_refused_without_holding_the_loop(
     assert not error.transient, "the same request would fetch the same huge answer"
     assert ("max_frame_bytes" if streaming else "max_response_bytes") in error.message
     assert error.request_id == server.requests[-1].request_id
-    assert beat.max_gap < 0.1, beat
+    assert beat.max_stall < 0.1, beat
     assert time.monotonic() - started < 10
 
 
@@ -374,7 +380,7 @@ async def test_a_flood_of_tiny_frames_completes_without_holding_the_loop(
         final, count = await outcome(provider, streaming=True)
     assert count == 50_000
     assert final.text == "x" * 50_000
-    assert beat.max_gap < 0.1, beat
+    assert beat.max_stall < 0.1, beat
 
 
 @HEARTBEAT
@@ -393,7 +399,7 @@ async def test_a_compressed_flood_of_tiny_frames_is_taken_apart_between_turns(
     async with heartbeat() as beat:
         final, _ = await outcome(provider, streaming=True)
     assert final.text == "done"
-    assert beat.max_gap < 0.15, beat
+    assert beat.max_stall < 0.15, beat
 
 
 @HEARTBEAT
@@ -411,7 +417,7 @@ async def test_too_many_tool_calls_are_refused(
         result = await outcome(provider, streaming=streaming)
     error = provider_error(result, provider)
     assert isinstance(error, ResponseInvalid) and not error.transient
-    assert beat.max_gap < 0.1, beat
+    assert beat.max_stall < 0.1, beat
     result = await outcome(provider, streaming=streaming)  # at the cap: accepted
     final = result[0] if streaming else result
     assert len(final.tool_calls) == 1024
@@ -431,7 +437,7 @@ async def test_a_huge_error_body_is_read_and_quoted_only_in_part(
     error = provider_error(result, provider)
     assert error.status_code == 500 and error.transient
     assert len(error.message) <= MAX_ERROR_MESSAGE_CHARS + 40
-    assert beat.max_gap < 0.1, beat
+    assert beat.max_stall < 0.1, beat
     assert time.monotonic() - started < 5  # 200 MiB were not read
 
 
@@ -959,7 +965,7 @@ def test_hostile_content_encodings_never_crash_or_stall_the_process(transport: s
     for result in results:
         case, outcome = result["case"], result["outcome"]
         # Each case is a few milliseconds of work: a gap of a quarter second is the machine.
-        assert result["seconds"] < 5 and result["max_gap"] < 0.25, result
+        assert result["seconds"] < 5 and result["max_stall"] < 0.25, result
         if case in ("gzip", "identity and gzip"):
             assert outcome == "the answer", result
         elif case in REFUSED:

@@ -312,7 +312,7 @@ async def test_a_silent_server_times_out_on_connect(silent_server: int) -> None:
         with pytest.raises(SessionError, match="could not connect"):
             await store.open("s")
     assert 0.4 < time.monotonic() - start < 5
-    assert beat.max_gap < 0.1
+    assert beat.max_stall < 0.1
 
 
 async def test_a_statement_stuck_on_a_lock_is_stopped_by_the_statement_timeout(
@@ -355,7 +355,7 @@ async def test_a_server_that_stops_answering_is_abandoned(
                 with pytest.raises(SessionError, match=r"did not answer within 1\.5 s"):
                     await store.list()
             assert 1.4 < time.monotonic() - start < 6
-            assert beat.max_gap < 0.1
+            assert beat.max_stall < 0.1
 
 
 # -- psycopg stays optional ------------------------------------------------------------------

@@ -101,4 +101,4 @@ async def test_a_huge_answer_is_stored_and_read_back_while_the_loop_keeps_tickin
     }
     floor = await noise_floor(max(durations))
     for name, beat in beats.items():
-        assert beat.max_gap < GAP + floor.max_gap, (name, beat, floor)
+        assert beat.max_stall < GAP + floor.max_stall, (name, beat, floor)

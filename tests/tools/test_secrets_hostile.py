@@ -4,7 +4,6 @@ registry tokens; in linear time on hostile values, off the event loop."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ from fanloop.tools._secrets import (
     redact,
     scrub_environ,
 )
-from heartbeat import heartbeat
+from heartbeat import cpu_seconds, heartbeat
 
 # (value, the secret part that must never show)
 SECRET_VALUES = [
@@ -273,11 +272,12 @@ def test_a_private_key_is_masked_whole_wherever_it_starts() -> None:
     ],
 )
 def test_masking_is_linear_on_hostile_values(value: str) -> None:
-    started = time.monotonic()
-    mask_value("X", value)
-    redact(value)
-    redact(value * 4)
-    assert time.monotonic() - started < 3.0
+    def mask() -> None:
+        mask_value("X", value)
+        redact(value)
+        redact(value * 4)
+
+    assert cpu_seconds(mask) < 3.0
 
 
 def test_an_overlong_value_is_masked_whole() -> None:
@@ -292,7 +292,7 @@ async def test_the_env_tool_masks_off_the_event_loop() -> None:
     hostile["URL"] = "postgres://u:p@ss/w@rd@host/db"
     async with heartbeat() as beat:
         out = (await EnvTool(environ=hostile, max_value_chars=100_000).run()).content
-    assert beat.max_gap < 0.1, beat
+    assert beat.max_stall < 0.1, beat
     assert "PLAIN=visible" in out
     assert "URL=postgres://u:******@host/db" in out
     assert "sk-aaaa" not in out

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
+from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.to_thread
 import pytest
+from anyio.abc import Process
 
 from fanloop.errors import ToolError
 from fanloop.tools import BashTool
+from fanloop.tools.shell import run_command
 
 
 def alive(pid: int) -> bool:
@@ -30,6 +36,18 @@ def alive(pid: int) -> bool:
 
 def read_pids(path: Path) -> list[int]:
     return [int(x) for x in path.read_text().split()]
+
+
+@pytest.fixture(autouse=True)
+def _reap_listed_pids(ws: Path) -> Iterator[None]:
+    """Kill every process a test's command listed, pass or fail: none outlives the test."""
+    yield
+    for name in ("pids", "bg"):
+        listed = read_pids(ws / name) if (ws / name).exists() else []
+        for pid in listed:
+            if alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
 
 async def test_output_and_exit_code(ws: Path) -> None:
@@ -69,7 +87,9 @@ async def test_timeout_kills_the_whole_process_group(ws: Path) -> None:
     )
     started = time.monotonic()
     result = await BashTool(root=ws, kill_grace=0.3).run(command=command, timeout=1)
-    assert time.monotonic() - started < 5
+    # 1 s, the 0.3 s grace and the moment SIGKILL takes; a margin for a busy machine. A group
+    # that ignores SIGTERM and is never sent SIGKILL would run for its 60 s.
+    assert time.monotonic() - started < 10
     assert result.is_error
     assert result.metadata == {"exit_code": None, "timed_out": True}
     assert result.content == (
@@ -107,13 +127,46 @@ async def test_cancellation_kills_the_whole_process_group(ws: Path) -> None:
     assert [pid for pid in pids if alive(pid)] == []
 
 
+async def test_cancellation_while_the_process_starts_kills_the_group(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The child runs as soon as it is spawned, while open_process still connects its pipes; on a
+    # busy machine the whole command can run in that window. A cancellation delivered there must
+    # still kill the group (it used to lose the process: asyncio killed the leader alone).
+    os.mkfifo(ws / "ready")
+    command = "sleep 60 & echo $! >> pids; (sleep 60; true) & echo $! >> pids; echo $$ >> pids; "
+    command += "echo ready > ready; wait"
+    real_open = anyio.open_process
+    cancelled = anyio.Event()
+
+    async def slow_open(*args: Any, **kwargs: Any) -> Process:
+        process = await real_open(*args, **kwargs)
+        await cancelled.wait()  # "still connecting the pipes" when the cancellation comes
+        return process
+
+    monkeypatch.setattr(anyio, "open_process", slow_open)
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(partial(BashTool(root=ws, kill_grace=0.3).run, command=command))
+            await anyio.to_thread.run_sync((ws / "ready").read_text)
+            tg.cancel_scope.cancel()
+            cancelled.set()
+    pids = read_pids(ws / "pids")
+    assert len(pids) == 3
+    assert [pid for pid in pids if alive(pid)] == []
+
+
+async def test_a_caller_already_cancelled_starts_nothing(ws: Path) -> None:
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await run_command(["bash", "-c", "echo $$ > pids"], cwd=ws, timeout=10)
+    assert scope.cancelled_caught
+    assert not (ws / "pids").exists()
+
+
 async def test_a_background_child_holding_the_pipe_does_not_block(ws: Path) -> None:
     result = await BashTool(root=ws).run(command="sleep 60 & echo $! > bg; echo done", timeout=30)
-    pid = read_pids(ws / "bg")[0]
-    try:
-        assert result.content == "done\n[exit code 0]"
-    finally:
-        os.kill(pid, signal.SIGKILL)
+    assert result.content == "done\n[exit code 0]"  # the fixture kills the sleep
 
 
 def test_preview_shows_the_command() -> None:

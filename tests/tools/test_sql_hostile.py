@@ -38,7 +38,7 @@ from fanloop.tools._sql_check import (
     tokenize,
 )
 from fanloop.tools.sql import check_read_only, execute_postgres, execute_sqlite
-from heartbeat import heartbeat
+from heartbeat import Stopwatch, heartbeat
 
 SLOW_CTE = "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c) SELECT max(n) FROM c"
 REFUSED = "refused the statement"
@@ -352,12 +352,11 @@ async def test_sqlite_slow_query_ends_with_the_tool_timeout(db: Path) -> None:
     tool = SqlQueryTool(str(db))  # its own statement timeout stays at 30 s
     tool.timeout = 1.0
     model = ScriptedProvider([reply(tool_calls=[call("sql_query", query=SLOW_CTE)]), "Done."])
-    started = time.monotonic()
     async with heartbeat() as beat:
+        watch = Stopwatch()
         result = await Agent(model, tools=[tool], limits=Limits(timeout=20)).run("go")
-    took = time.monotonic() - started
-    assert beat.max_gap < 0.1, beat
-    assert took < 3.0
+    assert beat.max_stall < 0.1, beat
+    assert watch.own < 3.0, watch  # not the 30 s of the statement's own timeout
     (answer,) = results(result.messages)
     assert answer.is_error
     # Whichever comes first: the tool's timeout, or the query's own limit taken from it.
@@ -366,22 +365,22 @@ async def test_sqlite_slow_query_ends_with_the_tool_timeout(db: Path) -> None:
 
 async def test_sqlite_slow_query_ends_with_the_run_deadline(db: Path) -> None:
     model = ScriptedProvider([reply(tool_calls=[call("sql_query", query=SLOW_CTE)]), "Done."])
-    started = time.monotonic()
     async with heartbeat() as beat:
+        watch = Stopwatch()
         result = await Agent(model, tools=[SqlQueryTool(str(db))], limits=Limits(timeout=1.0)).run(
             "go"
         )
-    assert beat.max_gap < 0.1, beat
-    assert time.monotonic() - started < 3.0
+    assert beat.max_stall < 0.1, beat
+    assert watch.own < 3.0, watch
     if result.termination_reason != TerminationReason.DEADLINE:  # the query's own limit won
         assert "ran longer than" in results(result.messages)[0].content
 
 
 async def test_sqlite_caller_deadline_becomes_the_query_limit(db: Path) -> None:
-    started = time.monotonic()
+    watch = Stopwatch()
     with anyio.move_on_after(0.5), contextlib.suppress(ToolError):  # either may come first
         await execute_sqlite(db, SLOW_CTE, timeout=60)
-    assert time.monotonic() - started < 1.5
+    assert watch.own < 1.5, watch
 
 
 def test_a_stopped_sqlite_query_ends_its_thread_soon(db: Path) -> None:
@@ -519,7 +518,7 @@ async def test_a_huge_statement_is_checked_off_the_loop(db: Path) -> None:
     async with heartbeat() as beat:
         with pytest.raises(ToolError):  # too many columns for SQLite, after the check
             await SqlQueryTool(str(db)).run(query=huge)
-    assert beat.max_gap < 0.1, beat
+    assert beat.max_stall < 0.1, beat
 
 
 # -- PostgreSQL ----------------------------------------------------------------------------
@@ -686,7 +685,9 @@ async def test_pg_cancelled_call_stops_its_query_on_the_server(reader: str) -> N
     started = time.monotonic()
     with anyio.move_on_after(1.0):
         await SqlQueryTool(reader, timeout=60).run(query=query)
-    assert time.monotonic() - started < 3.5
+    # The server is another process: a wall clock, with a margin a loaded machine meets (a
+    # call that waited for its query would take the 60 s of its timeout).
+    assert time.monotonic() - started < 10
     with psycopg.connect(PG_DSN, autocommit=True) as conn:
         for _ in range(50):  # the server notices within moments; wait for it, at most 5 s
             running = conn.execute(

@@ -30,7 +30,7 @@ from fanloop.errors import ToolError
 from fanloop.tools import DEFAULT_TOOLS, HttpRequestTool, WebFetchTool
 from fanloop.tools._netguard import _GuardedBackend, _GuardedTransport, _resolve, parse_ip_host
 from fanloop.tools.web import BlockedAddressError, NetworkPolicy, guarded_transport, html_to_text
-from heartbeat import heartbeat
+from heartbeat import Stopwatch, heartbeat
 
 LOCAL = ["127.0.0.1/32"]
 
@@ -166,7 +166,7 @@ async def test_hostile_html_keeps_the_loop_running(site: Site, kind: str) -> Non
     started = time.monotonic()
     async with heartbeat() as beat:
         result = await tool.run(url=f"{site.url}/p")
-    assert beat.max_gap < 0.1, beat
+    assert beat.max_stall < 0.1, beat
     assert time.monotonic() - started < 10
     assert result.content.startswith(f"200 OK {site.url}/p")
 
@@ -174,12 +174,13 @@ async def test_hostile_html_keeps_the_loop_running(site: Site, kind: str) -> Non
 async def test_slow_parse_times_out_within_the_budget(site: Site) -> None:
     site.route("/p", body=b"<li>x" * 400_000, **{"Content-Type": "text/html"})
     tool = WebFetchTool(allowed_networks=LOCAL, max_bytes=2_000_000, timeout=0.3)
-    started = time.monotonic()
     async with heartbeat() as beat:
+        watch = Stopwatch()
         with pytest.raises(ToolError, match=r"timed out after 0\.3 s"):
             await tool.run(url=f"{site.url}/p")
-    assert time.monotonic() - started < 2
-    assert beat.max_gap < 0.1, beat
+    # The whole parse takes over 1 s of CPU here; the call ends at its 0.3 s timeout.
+    assert watch.own < 0.8, watch
+    assert beat.max_stall < 0.1, beat
 
 
 def test_html_to_text_survives_hostile_character_references() -> None:
@@ -605,7 +606,7 @@ async def test_hostile_json_and_charsets_render_safely(site: Site) -> None:
             url=f"{site.url}/puny"
         )
         assert "abc-abc-" in fetched.content
-    assert beat.max_gap < 0.1, beat
+    assert beat.max_stall < 0.1, beat
 
 
 # -- TLS still verifies the host name on a pinned connection ---------------------------------

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import ByteReceiveStream, Process
 
 from .._log import logger
@@ -218,16 +219,22 @@ async def run_command(
         ToolError: the program could not be started.
     """
     started = time.monotonic()
+    await anyio.lowlevel.checkpoint_if_cancelled()  # nothing is started for a cancelled caller
     try:
-        process = await anyio.open_process(
-            argv,
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT if merge_stderr else subprocess.DEVNULL,
-            start_new_session=True,
-            env=dict(env) if env is not None else child_environ(),
-        )
+        # Shielded: the child runs as soon as it is spawned, before ``open_process`` returns (it
+        # still connects the pipes). A cancellation delivered in that window would lose the
+        # process object, and asyncio would kill the leader alone: its children would live on.
+        # Once we hold the process, the cancellation is delivered below and the group killed.
+        with anyio.CancelScope(shield=True):
+            process = await anyio.open_process(
+                argv,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT if merge_stderr else subprocess.DEVNULL,
+                start_new_session=True,
+                env=dict(env) if env is not None else child_environ(),
+            )
     except OSError as exc:  # the program or the directory is missing, the arguments too long
         raise ToolError(f"Cannot run {argv[0]} in {cwd}: {exc.strerror or exc}.") from None
     except ValueError as exc:  # a NUL byte in an argument or in the environment
