@@ -3,11 +3,15 @@
 ``python _approval_child.py DB SESSION BASE_URL EFFECTS`` runs an agent on the fake server with
 a session in the SQLite file DB; its ``confirm`` defers every dangerous call, so the run ends
 with ``awaiting_approval``. It prints the pending call ids, one per line, and exits.
+
+Its tools append what they do to EFFECTS; ``send`` waits while the file ``EFFECTS.hold``
+exists (so a test can kill a process inside the call).
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import anyio
@@ -25,11 +29,15 @@ def tools(effects: Path) -> list:  # type: ignore[type-arg]
             f.write(f"lookup {name}\n")
         return f"{name} is in the directory"
 
+    hold = effects.with_name(effects.name + ".hold")
+
     @tool(dangerous=True)
     def send(to: str, amount: int) -> str:
         """Send money."""
         with effects.open("a") as f:
             f.write(f"send {amount} {to}\n")
+        while hold.exists():  # a test kills the process here
+            time.sleep(0.01)
         return f"sent {amount} to {to}"
 
     return [lookup, send]

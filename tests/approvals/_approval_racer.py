@@ -7,48 +7,25 @@ resumes that session with the call approved. It prints one JSON line per race: h
 resume ended (``completed`` with the text, ``conflict`` with whether the batch was already
 answered, or ``error``). ``LEASE``, if given, replaces the approval claim's lease (seconds).
 
-Its tools append what they do to EFFECTS, so the test counts executions in a file that
-outlives any process; ``send`` waits while the file ``EFFECTS.hold`` exists (to be killed
-mid-call).
+Its tools (those of ``_approval_child.py``) append what they do to EFFECTS, so the test counts
+executions in a file that outlives any process; ``send`` waits while ``EFFECTS.hold`` exists.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import anyio
+from _approval_child import tools
 
 import fanloop._approvals
-from fanloop import Agent, tool
+from fanloop import Agent
 from fanloop.errors import ApprovalConflict, FanloopError
 from fanloop.providers.openai import OpenAIProvider
 from fanloop.sessions import PostgresStore, SQLiteStore
-
-
-def tools(effects: Path) -> list[Any]:
-    hold = effects.with_name(effects.name + ".hold")
-
-    @tool
-    def lookup(name: str) -> str:
-        """Look a name up."""
-        with effects.open("a") as f:
-            f.write(f"lookup {name}\n")
-        return f"{name} is in the directory"
-
-    @tool(dangerous=True)
-    def send(to: str, amount: int) -> str:
-        """Send money."""
-        with effects.open("a") as f:
-            f.write(f"send {amount} {to}\n")
-        while hold.exists():  # the test kills this process here
-            time.sleep(0.01)
-        return f"sent {amount} to {to}"
-
-    return [lookup, send]
 
 
 def open_store(target: str) -> Any:

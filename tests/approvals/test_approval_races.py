@@ -21,7 +21,8 @@ from typing import Any
 
 import anyio
 import pytest
-from _approval_racer import open_store, tools
+from _approval_child import tools
+from _approval_racer import open_store
 
 from fanloop import DEFER, Agent, TerminationReason, tool
 from fanloop.errors import ApprovalConflict, ApprovalError

@@ -28,6 +28,7 @@ import math
 import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
@@ -187,17 +188,7 @@ class Account:
             The grant or the denial, and what the tree has spent (its usage, cost, tool calls).
         """
 
-        async def prepare(conn: AsyncConnection[Any]) -> None:
-            await self._lock(conn)
-            if release is not None:
-                await self._delete(conn, release)
-            if tool_calls > 0 and await self._first_charge(conn, charge_key):
-                await conn.execute(
-                    "UPDATE fanloop.budget_account SET tool_calls = tool_calls + %s WHERE id = %s",
-                    (tool_calls, self.id),
-                )
-
-        await self._db.run(prepare)
+        await self._db.run(partial(self._settle_previous, release, tool_calls, charge_key))
         wait = WAIT_FIRST
         while True:
             decided = await self._db.run(
@@ -256,17 +247,25 @@ class Account:
     async def close(self, release: str | None, tool_calls: int, charge_key: str) -> None:
         """At a run's end: free its last reservation and add its last tool calls."""
 
-        async def body(conn: AsyncConnection[Any]) -> None:
-            await self._lock(conn)
-            if release is not None:
-                await self._delete(conn, release)
-            if tool_calls > 0 and await self._first_charge(conn, charge_key):
-                await conn.execute(
-                    "UPDATE fanloop.budget_account SET tool_calls = tool_calls + %s WHERE id = %s",
-                    (tool_calls, self.id),
-                )
+        await self._db.run(partial(self._settle_previous, release, tool_calls, charge_key))
 
-        await self._db.run(body)
+    async def _settle_previous(
+        self,
+        release: str | None,
+        tool_calls: int,
+        charge_key: str,
+        conn: AsyncConnection[Any],
+    ) -> None:
+        """Under the account's lock: free the run's previous reservation and add its tool
+        calls (once per ``charge_key``)."""
+        await self._lock(conn)
+        if release is not None:
+            await self._delete(conn, release)
+        if tool_calls > 0 and await self._first_charge(conn, charge_key):
+            await conn.execute(
+                "UPDATE fanloop.budget_account SET tool_calls = tool_calls + %s WHERE id = %s",
+                (tool_calls, self.id),
+            )
 
     async def spent(self) -> dict[str, Any]:
         """What the tree has spent and holds reserved now (for tests and tools)."""
