@@ -174,7 +174,7 @@ async def test_resume_does_not_replay_another_tools_receipt_with_the_same_argume
     assert ledger.sent == []
 
 
-def test_a_receipt_matches_only_its_own_call() -> None:
+async def test_a_receipt_matches_only_its_own_call() -> None:
     call_ = ToolCallPart(id="c1", name="transfer", arguments={"amount": 5, "to": "alice"})
 
     def receipt(**changes: Any) -> SimpleNamespace:
@@ -185,14 +185,14 @@ def test_a_receipt_matches_only_its_own_call() -> None:
         }
         return SimpleNamespace(**{**fields, **changes})
 
-    assert receipt_matches(call_, receipt())
-    assert not receipt_matches(call_, receipt(call_id="c2"))
-    assert not receipt_matches(call_, receipt(tool="refund"))
-    assert not receipt_matches(
+    assert await receipt_matches(call_, receipt())
+    assert not await receipt_matches(call_, receipt(call_id="c2"))
+    assert not await receipt_matches(call_, receipt(tool="refund"))
+    assert not await receipt_matches(
         call_, receipt(arguments_hash=arguments_hash({"amount": 6, "to": "alice"}))
     )
     unhashable = ToolCallPart.model_construct(id="c1", name="transfer", arguments={"x": object()})
-    assert not receipt_matches(unhashable, receipt())
+    assert not await receipt_matches(unhashable, receipt())
 
 
 def test_only_a_committed_receipt_with_its_result_is_replayed() -> None:
