@@ -23,6 +23,7 @@ from ..errors import ConfigurationError
 from ._http import (
     DEFAULT_TIMEOUT,
     Response,
+    SDKErrors,
     Transport,
     create_pool,
     direct_transport,
@@ -37,6 +38,7 @@ __all__ = [
     "anthropic_endpoint",
     "from_sdk_client",
     "openai_endpoint",
+    "openai_sdk_errors",
     "sdk_key_source",
 ]
 
@@ -254,6 +256,19 @@ def anthropic_endpoint(
     return _endpoint(
         url, "/v1/messages", headers, timeout, http_client, "Anthropic", transport
     ), source
+
+
+def openai_sdk_errors() -> SDKErrors:
+    """The ``openai`` SDK's error classes, for a provider built on an SDK client (both OpenAI
+    wires: Chat Completions and Responses)."""
+    import openai
+
+    return SDKErrors(
+        status=openai.APIStatusError,
+        timeout=openai.APITimeoutError,
+        connection=openai.APIConnectionError,
+        base=openai.OpenAIError,
+    )
 
 
 def openai_endpoint(

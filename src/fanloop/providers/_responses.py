@@ -49,13 +49,12 @@ from ..messages import (
     ToolResultPart,
     media_base64,
 )
-from ._endpoint import from_sdk_client, openai_endpoint
+from ._endpoint import from_sdk_client, openai_endpoint, openai_sdk_errors
 from ._http import (
     DEFAULT_MAX_BLOCKS,
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_MAX_RESPONSE_BYTES,
     HTTPProvider,
-    SDKErrors,
     Transport,
     WireLimits,
     stream_error,
@@ -106,17 +105,6 @@ _INCOMPLETE: dict[str, StopReason] = {
 _MAY_BE_EMPTY = frozenset({StopReason.MAX_TOKENS, StopReason.REFUSAL})
 _MAX_INDEX = 2**31 - 1
 _STATELESS_INCLUDE = ["reasoning.encrypted_content"]
-
-
-def _sdk_errors() -> SDKErrors:
-    import openai
-
-    return SDKErrors(
-        status=openai.APIStatusError,
-        timeout=openai.APITimeoutError,
-        connection=openai.APIConnectionError,
-        base=openai.OpenAIError,
-    )
 
 
 class OpenAIResponsesProvider(HTTPProvider):
@@ -237,7 +225,7 @@ class OpenAIResponsesProvider(HTTPProvider):
                 default_headers=default_headers,
             )
             super().__init__(
-                sdk, sdk_errors=_sdk_errors(), key_source=source, limits=limits, pacing=pacing
+                sdk, sdk_errors=openai_sdk_errors(), key_source=source, limits=limits, pacing=pacing
             )
         else:
             endpoint, source = openai_endpoint(

@@ -39,13 +39,12 @@ from ..messages import (
     ToolCallPart,
     media_base64,
 )
-from ._endpoint import from_sdk_client, openai_endpoint
+from ._endpoint import from_sdk_client, openai_endpoint, openai_sdk_errors
 from ._http import (
     DEFAULT_MAX_BLOCKS,
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_MAX_RESPONSE_BYTES,
     HTTPProvider,
-    SDKErrors,
     Transport,
     WireLimits,
     stream_error,
@@ -87,17 +86,6 @@ OPENROUTER_BASE_URL = "https://openrouter.ai/api/v1"
 VLLM_BASE_URL = "http://localhost:8000/v1"
 OLLAMA_BASE_URL = "http://localhost:11434/v1"
 _PLACEHOLDER_KEY = "the placeholder key {key!r} (no api_key= was given)"
-
-
-def _sdk_errors() -> SDKErrors:
-    import openai
-
-    return SDKErrors(
-        status=openai.APIStatusError,
-        timeout=openai.APITimeoutError,
-        connection=openai.APIConnectionError,
-        base=openai.OpenAIError,
-    )
 
 
 def _from_client(
@@ -215,7 +203,7 @@ class OpenAIProvider(HTTPProvider):
                 client, api_key, base_url, http_client, timeout, default_headers
             )
             super().__init__(
-                sdk, sdk_errors=_sdk_errors(), key_source=source, limits=limits, pacing=pacing
+                sdk, sdk_errors=openai_sdk_errors(), key_source=source, limits=limits, pacing=pacing
             )
         else:
             endpoint, source = openai_endpoint(
