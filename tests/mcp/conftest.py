@@ -47,12 +47,13 @@ def stdio_server() -> Callable[..., MCPServer]:
 
 
 class HttpServerProcess:
-    """``tools_server.py --http`` in a subprocess, ready to accept connections."""
+    """``SCRIPT ARGS... --http`` (``tools_server.py`` by default) in a subprocess, ready to
+    accept connections."""
 
-    def __init__(self) -> None:
+    def __init__(self, script: Path = TOOLS_SERVER, *args: str) -> None:
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
         self.process = subprocess.Popen(
-            [sys.executable, str(TOOLS_SERVER), "--http"],
+            [sys.executable, str(script), *args, "--http"],
             stdout=subprocess.PIPE,
             stderr=self.stderr,
             text=True,
@@ -88,3 +89,17 @@ def private_http_server() -> Iterator[HttpServerProcess]:
     server = HttpServerProcess()
     yield server
     server.close()
+
+
+@pytest.fixture
+def http_server_of() -> Iterator[Callable[..., HttpServerProcess]]:
+    """Start ``SCRIPT ARGS... --http`` servers of this test's own; each is closed after it."""
+    started: list[HttpServerProcess] = []
+
+    def start(script: Path, *args: str) -> HttpServerProcess:
+        started.append(HttpServerProcess(script, *args))
+        return started[-1]
+
+    yield start
+    for server in started:
+        server.close()

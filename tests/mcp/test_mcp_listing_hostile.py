@@ -6,10 +6,8 @@ loop (``heartbeat``); no model request ever carries what was refused.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,36 +37,10 @@ def flood(mode: str, **kwargs: Any) -> MCPServer:
     return MCPServer.stdio(sys.executable, [str(FLOOD), mode], **kwargs)
 
 
-class FloodHttp:
-    """``flood_server.py MODE --http`` in a subprocess, listening."""
-
-    def __init__(self, mode: str) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, str(FLOOD), mode, "--http"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        if not line.startswith("PORT "):
-            self.close()
-            raise RuntimeError("the HTTP flood server did not start")
-        self.url = f"http://127.0.0.1:{int(line.split()[1])}/mcp"
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-        assert self.process.stdout is not None
-        self.process.stdout.close()
-
-
 @pytest.fixture
-def flood_http() -> Iterator[FloodHttp]:
-    server = FloodHttp(f"many:{FLOOD_TOOLS}")
-    yield server
-    server.close()
+def flood_http(http_server_of: Any) -> Any:
+    """``flood_server.py`` over HTTP, listing FLOOD_TOOLS tools in one page."""
+    return http_server_of(FLOOD, f"many:{FLOOD_TOOLS}")
 
 
 async def load_under_heartbeat(server: MCPServer) -> tuple[BaseException | None, Any]:
@@ -101,7 +73,7 @@ async def test_a_wider_byte_limit_still_stops_at_max_tools() -> None:
 
 
 async def test_an_http_server_listing_20000_tools_is_refused_without_stalling(
-    flood_http: FloodHttp,
+    flood_http: Any,
 ) -> None:
     error, beat = await load_under_heartbeat(MCPServer.http(flood_http.url))
     assert beat.beats > 0 and beat.max_stall < 0.1, beat  # read up to the cap, never decoded
