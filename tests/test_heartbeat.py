@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import anyio
+import anyio.to_thread
 import pytest
 
 from heartbeat import cpu_waits, heartbeat
@@ -47,6 +49,30 @@ async def test_cpu_work_on_the_loop_counts_its_cpu_time() -> None:
         while time.thread_time() - started < 0.2:
             pass
     assert beat.max_stall >= 0.15, beat
+
+
+async def test_a_busy_worker_thread_is_not_a_stall_of_the_heartbeats_making() -> None:
+    # Each schedstat read lets go of the interpreter lock, and a worker busy with Python code
+    # keeps it up to 5 ms each time: read with a dozen threads alive, that was 0.1-0.3 s a gap.
+    idle = threading.Event()
+    sleepers = [threading.Thread(target=idle.wait) for _ in range(10)]
+    for thread in sleepers:
+        thread.start()
+
+    def busy(seconds: float) -> None:
+        stop = time.monotonic() + seconds
+        while time.monotonic() < stop:
+            sum(range(1000))
+
+    try:
+        async with heartbeat() as beat:
+            await anyio.to_thread.run_sync(busy, 0.5)
+    finally:
+        idle.set()
+        for thread in sleepers:
+            thread.join()
+    assert beat.beats > 5, beat
+    assert beat.max_stall < 0.1, beat
 
 
 @pytest.mark.skipif(
