@@ -17,6 +17,7 @@ from ._approvals import check_no_pending
 from ._dispatch import Emitter, build_table
 from ._fanout import LimiterPool
 from ._log import bind, logger, unbind
+from ._migrants import AGENT_NAMES, RUN_NAMES, refuse_migrant_names
 from ._model import Invoker, make_invoker
 from ._output import FINAL_TOOL, OutputMode, OutputSpec, OutputValidator
 from ._result import OutputT, RunResult, TerminationReason
@@ -214,6 +215,7 @@ class Agent(Generic[DepsT, OutputT]):
     _owns_provider: bool
     _table: dict[str, tuple[Any, ...]]
 
+    @refuse_migrant_names(AGENT_NAMES)
     def __init__(
         self,
         provider: Provider | str | Sequence[Any] | None = None,
@@ -564,6 +566,7 @@ class Agent(Generic[DepsT, OutputT]):
 
     # -- running -----------------------------------------------------------------------
 
+    @refuse_migrant_names(RUN_NAMES)
     async def run(
         self,
         prompt: Prompt | None = None,
@@ -595,6 +598,7 @@ class Agent(Generic[DepsT, OutputT]):
             prompt, messages=messages, session=session, deps=deps, model_settings=model_settings
         )
 
+    @refuse_migrant_names(RUN_NAMES)
     def stream(
         self,
         prompt: Prompt | None = None,
@@ -634,6 +638,7 @@ class Agent(Generic[DepsT, OutputT]):
             raise ConfigurationError("approvals= is for stream(resume=True)")
         return RunStream(execute, buffer=buffer)
 
+    @refuse_migrant_names(RUN_NAMES)
     def run_sync(
         self,
         prompt: Prompt | None = None,

@@ -1,0 +1,50 @@
+"""Keyword names from pydantic-ai and the OpenAI Agents SDK get an error naming fanloop's own."""
+
+from __future__ import annotations
+
+import inspect
+import re
+
+import pytest
+
+from fanloop import Agent
+from fanloop.testing import ScriptedProvider
+
+
+@pytest.mark.parametrize(
+    ("name", "hint"),
+    [
+        ("system_prompt", "system="),
+        ("instructions", "system="),
+        ("result_type", "output_type="),
+        ("model", "first argument"),
+        ("message_history", "messages="),
+        ("max_turns", "Limits(max_turns="),
+    ],
+)
+def test_agent_refuses_a_migrants_keyword_with_the_fanloop_spelling(name: str, hint: str) -> None:
+    with pytest.raises(
+        TypeError, match=rf"Agent\(\) .*'{name}'.*in fanloop, use .*{re.escape(hint)}"
+    ):
+        Agent(ScriptedProvider(["x"]), **{name: "x"})
+
+
+async def test_run_and_stream_refuse_message_history_and_send_nothing() -> None:
+    provider = ScriptedProvider(["x"])
+    agent = Agent(provider)
+    with pytest.raises(TypeError, match=r"Agent\.run\(\) .*'message_history'.*use messages="):
+        await agent.run("hi", message_history=[])  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"Agent\.stream\(\) .*'user_prompt'.*first argument"):
+        agent.stream(user_prompt="hi")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"Agent\.run_sync\(\) .*'result_type'"):
+        agent.run_sync("hi", result_type=int)  # type: ignore[call-arg]
+    assert provider.requests == []
+    assert (await agent.run("hi")).text == "x"
+
+
+def test_unknown_names_keep_pythons_own_error_and_the_signatures_stay_visible() -> None:
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+        Agent(ScriptedProvider(["x"]), bogus=1)  # type: ignore[call-arg]
+    assert inspect.iscoroutinefunction(Agent.run)
+    assert "messages" in inspect.signature(Agent.run).parameters
+    assert "system" in inspect.signature(Agent).parameters
