@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_type_hints, overload
 
 import pydantic
+import pydantic_core
 
 from ..errors import ConfigurationError, ToolError
 from ..messages import DocumentPart, ImagePart, TextPart, check_result_parts
@@ -278,7 +279,12 @@ def to_result(value: Any) -> ToolResult:
     A string is the content; an :class:`~fanloop.messages.ImagePart` or
     :class:`~fanloop.messages.DocumentPart`, or a list of them mixed with
     :class:`~fanloop.messages.TextPart`, becomes a result carrying them in ``parts``; other
-    values are given as JSON.
+    values are given as JSON, encoded as pydantic encodes them (dataclasses, datetimes, sets,
+    enums, UUIDs, paths; bytes as base64).
+
+    Raises:
+        TypeError: the value is of a type pydantic cannot encode (the loop reports it as the
+            tool's failure, naming the tool and the type).
     """
     if isinstance(value, ToolResult):
         return value
@@ -298,10 +304,14 @@ def to_result(value: Any) -> ToolResult:
         return ToolResult("\n".join(texts), parts=media)
     if isinstance(value, pydantic.BaseModel):
         return ToolResult(value.model_dump_json())
-    try:
-        return ToolResult(json.dumps(value, default=str, ensure_ascii=False))
-    except (TypeError, ValueError):
-        return ToolResult(str(value))
+    try:  # what pydantic can encode: dataclasses, datetimes, sets, enums, UUIDs, paths...
+        plain = pydantic_core.to_jsonable_python(value, bytes_mode="base64")
+    except pydantic_core.PydanticSerializationError as exc:
+        raise TypeError(
+            f"it returned a {type(value).__qualname__}, which fanloop cannot send to the model "
+            f"as JSON ({exc}); return a str, a pydantic model, or data pydantic can encode"
+        ) from None
+    return ToolResult(json.dumps(plain, ensure_ascii=False))
 
 
 def _doc_sections(doc: str) -> tuple[str, dict[str, str]]:
