@@ -106,7 +106,8 @@ def from_env(environ: Mapping[str, str] | None = None, **options: Any) -> Provid
       vendors (``openai-chat`` reads ``OPENAI_API_KEY`` too; ``VLLM_API_KEY`` is optional);
     - ``GEMINI_API_KEY`` (else ``GOOGLE_API_KEY``): required for gemini;
     - ``ANTHROPIC_BASE_URL``, ``OPENAI_BASE_URL``, ``OPENROUTER_BASE_URL``, ``VLLM_BASE_URL``,
-      ``OLLAMA_BASE_URL``, ``GEMINI_BASE_URL``: optional endpoints (OpenAI-style ones end in ``/v1``).
+      ``OLLAMA_BASE_URL``, ``GEMINI_BASE_URL``: optional endpoints (OpenAI-style ones end in
+      ``/v1``; Gemini's in ``/openai``).
 
     Only ``environ`` is read (``os.environ`` when it is ``None``). ``options`` go to the
     provider's constructor, e.g. ``http_client=`` for a shared pool.
