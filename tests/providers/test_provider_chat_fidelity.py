@@ -572,3 +572,14 @@ def test_gemini_prices_in_the_catalog() -> None:
     assert model_info("google/gemini-2.5-pro") is model_info("gemini-2.5-pro")
     cost = cost_of("gemini-2.5-flash", Usage(input_tokens=1_000_000, output_tokens=1_000_000))
     assert cost == pytest.approx(2.80)
+
+
+def test_gemini_from_the_cli() -> None:
+    from fanloop.cli._app import CommandError, make_provider
+
+    provider = make_provider("gemini", None, {"GEMINI_API_KEY": "g-cli"})
+    assert (provider.name, provider.model) == ("gemini", "gemini-2.5-flash")
+    provider = make_provider(None, "gemini:gemini-2.5-pro", {"GOOGLE_API_KEY": "g-cli"})
+    assert provider.model == "gemini-2.5-pro"
+    with pytest.raises(CommandError, match="GEMINI_API_KEY"):
+        make_provider("gemini", None, {})
