@@ -17,8 +17,7 @@ from fanloop.events import TextDelta, ThinkingDelta, ToolCallStarted
 from fanloop.messages import Message, ThinkingPart
 from fanloop.providers import Usage, from_env, resolve_provider
 from fanloop.providers.openai import OpenAIProvider
-from fanloop.testing import FakeLLMServer, call, reply
-from fanloop.testing._faults import Hostile
+from fanloop.testing import FakeLLMServer, Hostile, call, reply
 
 
 @tool
