@@ -78,6 +78,11 @@ def _gpt(
     )
 
 
+def _gemini(window: int, out: int, inp: float, outp: float, cached: float) -> ModelInfo:
+    """A Gemini model: cached input at ``cached``; no cache-write charge (implicit caching)."""
+    return ModelInfo(window, out, inp, outp, cache_read_price=cached, cache_write_price=inp)
+
+
 _M = 1_000_000
 _OPENAI_LONG = 1_050_000
 
@@ -127,6 +132,11 @@ _TABLE: dict[str, ModelInfo] = {
     "gpt-4o-mini": _gpt(128_000, 16_384, 0.15, 0.6, 0.075),
     "o3": _gpt(200_000, 100_000, 2.0, 8.0, 0.5),
     "o4-mini": _gpt(200_000, 100_000, 1.1, 4.4, 0.275),
+    # Google Gemini (the "gemini" preset; ai.google.dev pricing, text input, prompts up to
+    # 200k tokens; context-cache storage is billed per hour and not modelled)
+    "gemini-2.5-pro": _gemini(1_048_576, 65_536, 1.25, 10.0, 0.125),
+    "gemini-2.5-flash": _gemini(1_048_576, 65_536, 0.30, 2.50, 0.03),
+    "gemini-2.5-flash-lite": _gemini(1_048_576, 65_536, 0.10, 0.40, 0.01),
 }
 
 

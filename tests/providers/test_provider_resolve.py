@@ -121,7 +121,7 @@ def test_resolve_provider_strings() -> None:
     assert resolve_provider("ollama:qwen3").name == "ollama"
 
 
-@pytest.mark.parametrize("spec", ["claude", ":m", "anthropic:", "gemini:pro"])
+@pytest.mark.parametrize("spec", ["claude", ":m", "anthropic:", "mistral:large"])
 def test_resolve_provider_rejects(spec: str) -> None:
     with pytest.raises(ConfigurationError):
         resolve_provider(spec, api_key="k")

@@ -66,7 +66,7 @@ def _agent_options() -> argparse.ArgumentParser:
     group.add_argument(
         "--provider",
         help="anthropic, openai (the Responses API), openai-chat (Chat Completions), "
-        "openrouter, vllm or ollama (default: $LLM_PROVIDER)",
+        "openrouter, vllm, ollama or gemini (default: $LLM_PROVIDER)",
     )
     group.add_argument("--model", help="the model name, or vendor:model (default: $LLM_MODEL)")
     group.add_argument(

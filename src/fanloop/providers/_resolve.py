@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_MODELS", "VENDORS", "from_env", "resolve_provider"]
 
-VENDORS = ("anthropic", "openai", "openai-chat", "openrouter", "vllm", "ollama")
+VENDORS = ("anthropic", "openai", "openai-chat", "openrouter", "vllm", "ollama", "gemini")
 """The vendor prefixes of model strings and the values of ``LLM_PROVIDER``: ``openai`` is
 OpenAI's Responses API, ``openai-chat`` its Chat Completions API (as every OpenAI-compatible
 preset)."""
@@ -30,8 +30,9 @@ def resolve_provider(spec: str, **options: Any) -> Provider:
 
     ``vendor`` is one of ``anthropic``, ``openai`` (the Responses API:
     :class:`~fanloop.providers.openai.OpenAIResponsesProvider`), ``openai-chat`` (Chat
-    Completions: :class:`~fanloop.providers.openai.OpenAIProvider`), ``openrouter``, ``vllm``
-    and ``ollama`` (Chat Completions);
+    Completions: :class:`~fanloop.providers.openai.OpenAIProvider`), ``openrouter``, ``vllm``,
+    ``ollama`` and ``gemini`` (Chat Completions; Gemini through Google's OpenAI-compatible
+    endpoint);
     everything after the first colon is the model name (``"openrouter:meta-llama/llama-3:free"``
     is the model ``meta-llama/llama-3:free``). ``options`` go to the provider's constructor
     (``api_key``, ``base_url``, ``http_client``, ``timeout``...).
@@ -68,6 +69,8 @@ def resolve_provider(spec: str, **options: Any) -> Provider:
         return OpenAIProvider.openrouter(model, **options)
     if vendor == "vllm":
         return OpenAIProvider.vllm(model, **options)
+    if vendor == "gemini":
+        return OpenAIProvider.gemini(model, **options)
     return OpenAIProvider.ollama(model, **options)
 
 
@@ -83,6 +86,7 @@ DEFAULT_MODELS: dict[str, str] = {
     "openai": "gpt-4.1",
     "openai-chat": "gpt-4.1",
     "openrouter": "anthropic/claude-sonnet-4.5",
+    "gemini": "gemini-2.5-flash",
 }
 """The model ``from_env`` uses when ``LLM_MODEL`` is not set (vLLM and Ollama serve whatever
 model they were started with: name it)."""
@@ -94,14 +98,16 @@ def from_env(environ: Mapping[str, str] | None = None, **options: Any) -> Provid
     Variables:
 
     - ``LLM_PROVIDER``: ``anthropic``, ``openai`` (the Responses API), ``openai-chat`` (Chat
-      Completions), ``openrouter``, ``vllm`` or ``ollama``;
+      Completions), ``openrouter``, ``vllm``, ``ollama`` or ``gemini``;
     - ``LLM_MODEL``: the model name (default: ``DEFAULT_MODELS[vendor]``, for the vendors that
       have one: anthropic ``claude-sonnet-4-5``, openai and openai-chat ``gpt-4.1``,
-      openrouter ``anthropic/claude-sonnet-4.5``);
+      openrouter ``anthropic/claude-sonnet-4.5``, gemini ``gemini-2.5-flash``);
     - ``ANTHROPIC_API_KEY`` / ``OPENAI_API_KEY`` / ``OPENROUTER_API_KEY``: required for those
       vendors (``openai-chat`` reads ``OPENAI_API_KEY`` too; ``VLLM_API_KEY`` is optional);
+    - ``GEMINI_API_KEY`` (else ``GOOGLE_API_KEY``): required for gemini;
     - ``ANTHROPIC_BASE_URL``, ``OPENAI_BASE_URL``, ``OPENROUTER_BASE_URL``, ``VLLM_BASE_URL``,
-      ``OLLAMA_BASE_URL``: optional endpoints (OpenAI-style ones end in ``/v1``).
+      ``OLLAMA_BASE_URL``, ``GEMINI_BASE_URL``: optional endpoints (OpenAI-style ones end in
+      ``/v1``; Gemini's in ``/openai``).
 
     Only ``environ`` is read (``os.environ`` when it is ``None``). ``options`` go to the
     provider's constructor, e.g. ``http_client=`` for a shared pool.
@@ -131,6 +137,7 @@ def from_env(environ: Mapping[str, str] | None = None, **options: Any) -> Provid
         "openai-chat": "OPENAI_API_KEY",
         "openrouter": "OPENROUTER_API_KEY",
         "vllm": "VLLM_API_KEY",
+        "gemini": "GEMINI_API_KEY" if env.get("GEMINI_API_KEY") else "GOOGLE_API_KEY",
     }.get(vendor)
     from_environ = key_variable is not None and "api_key" not in options
     if vendor == "anthropic":
@@ -143,6 +150,15 @@ def from_env(environ: Mapping[str, str] | None = None, **options: Any) -> Provid
         options.setdefault("api_key", _require(env, "OPENROUTER_API_KEY", "needed for openrouter"))
         if env.get("OPENROUTER_BASE_URL"):
             options.setdefault("base_url", env["OPENROUTER_BASE_URL"])
+    elif vendor == "gemini":
+        if "api_key" not in options:
+            if not (env.get("GEMINI_API_KEY") or env.get("GOOGLE_API_KEY")):
+                raise ConfigurationError(
+                    "GEMINI_API_KEY is not set (needed for gemini; GOOGLE_API_KEY also works)"
+                )
+            options["api_key"] = env[str(key_variable)]
+        if env.get("GEMINI_BASE_URL"):
+            options.setdefault("base_url", env["GEMINI_BASE_URL"])
     elif vendor == "vllm":
         if env.get("VLLM_API_KEY"):
             options.setdefault("api_key", env["VLLM_API_KEY"])

@@ -642,7 +642,17 @@ class _Block:
     start the next (see :mod:`fanloop._unicode`).
     """
 
-    __slots__ = ("chunks", "citations", "id", "index", "joiner", "signature", "start", "type")
+    __slots__ = (
+        "chunks",
+        "citations",
+        "encrypted",
+        "id",
+        "index",
+        "joiner",
+        "signature",
+        "start",
+        "type",
+    )
 
     def __init__(self, index: int, start: dict[str, Any]) -> None:
         kind = start.get("type")
@@ -654,6 +664,7 @@ class _Block:
         self.chunks: list[str] = []
         self.signature: list[str] = []
         self.citations: list[Any] = []
+        self.encrypted: list[str] = []  # a compaction block's encrypted_content pieces
         self.joiner = Joiner()
         self.id = ""
         if kind == "tool_use":
@@ -701,6 +712,15 @@ class _Block:
                 "thinking": read_str(thinking, "thinking"),
                 "signature": signature,
             }
+        if kind == "compaction" and (self.chunks or self.encrypted):
+            # Its summary came in compaction_delta events: the block as the non-streamed
+            # response has it.
+            block = dict(start)
+            if self.chunks:
+                block["content"] = "".join(self.chunks)
+            if self.encrypted:
+                block["encrypted_content"] = "".join(self.encrypted)
+            return _clean_block(block)
         if kind in _INPUT_BLOCKS:
             block = dict(start)
             block.pop("cache_control", None)  # see _clean_block
@@ -794,6 +814,20 @@ class _StreamParser:
                     signature = scrub(signature)
                 block.signature.append(signature)
                 return ThinkingDelta("", signature=signature)
+            if dtype == "compaction_delta":
+                if block.type != "compaction":
+                    raise Malformed("a compaction_delta outside a compaction block")
+                for key, pieces in (
+                    ("content", block.chunks),
+                    ("encrypted_content", block.encrypted),
+                ):
+                    value = delta.get(key)
+                    if value is None:
+                        continue
+                    if type(value) is not str:
+                        raise Malformed(f"a compaction_delta {key} that is not text")
+                    pieces.append(scrub(value) if odd else value)
+                return None
             if dtype == "citations_delta":
                 if block.type != "text":
                     raise Malformed("a citations_delta outside a text block")

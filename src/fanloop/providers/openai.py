@@ -85,6 +85,11 @@ _FINISH_REASONS: dict[str, StopReason] = {
 OPENROUTER_BASE_URL = "https://openrouter.ai/api/v1"
 VLLM_BASE_URL = "http://localhost:8000/v1"
 OLLAMA_BASE_URL = "http://localhost:11434/v1"
+GEMINI_BASE_URL = "https://generativelanguage.googleapis.com/v1beta/openai"
+SEND_REASONING: tuple[str, ...] = ("reasoning_content", "reasoning", "reasoning_details")
+"""The values of ``send_reasoning=`` besides ``None``: the assistant-message field that
+carries an earlier turn's reasoning back to the server."""
+_REASONING_KEYS = frozenset(SEND_REASONING)
 _PLACEHOLDER_KEY = "the placeholder key {key!r} (no api_key= was given)"
 
 
@@ -138,7 +143,13 @@ class OpenAIProvider(HTTPProvider):
         default_headers: extra headers for every request. The plain provider (not a preset)
             also sends ``OPENAI_ORG_ID``, ``OPENAI_PROJECT_ID`` and ``OPENAI_CUSTOM_HEADERS``
             as the SDK does.
-        extra_body: fields merged into every request body.
+        extra_body: fields merged into every request body. ``n`` above 1 (several choices)
+            is refused here and in per-request extras: fanloop reads one choice.
+        send_reasoning: how earlier assistant turns carry their reasoning back:
+            ``"reasoning_content"`` (DeepSeek, Z.ai), ``"reasoning"`` (Ollama),
+            ``"reasoning_details"`` (OpenRouter: the items as received, signatures and
+            encrypted blocks unchanged) or ``None`` (nothing: OpenAI's own endpoint and
+            servers that refuse the field). The presets set it; see ``docs/providers.md``.
         max_response_bytes: the largest response body, streamed or not (default 64 MiB).
         max_frame_bytes: the largest stream event (default 16 MiB).
         max_blocks: the most tool calls in one response (default 1024).
@@ -189,15 +200,23 @@ class OpenAIProvider(HTTPProvider):
         max_blocks: int = DEFAULT_MAX_BLOCKS,
         pacing: Pacer | None = None,
         transport: Transport = "auto",
+        send_reasoning: str | None = None,
     ) -> None:
         if not model:
             raise ConfigurationError("OpenAIProvider needs a model name")
+        if send_reasoning is not None and send_reasoning not in SEND_REASONING:
+            raise ConfigurationError(
+                f"send_reasoning={send_reasoning!r}: expected None or one of "
+                f"{', '.join(SEND_REASONING)}"
+            )
         limits = WireLimits(max_response_bytes, max_frame_bytes, max_blocks)
         self.name = name
         self.model = model
         self._max_tokens_field = max_tokens_field
         self._include_usage = include_usage
         self._extra_body = dict(extra_body or {})
+        _check_choices(self._extra_body, "extra_body")
+        self.send_reasoning = send_reasoning
         if client is not None:
             sdk, source = _from_client(
                 client, api_key, base_url, http_client, timeout, default_headers
@@ -241,6 +260,7 @@ class OpenAIProvider(HTTPProvider):
             )
         options.setdefault("name", "openrouter")
         options.setdefault("max_tokens_field", "max_tokens")
+        options.setdefault("send_reasoning", "reasoning_details")
         provider = cls(model, api_key=key, base_url=base_url, **options)
         if api_key is None and "client" not in options:
             provider._key_source = "the key in OPENROUTER_API_KEY"
@@ -272,12 +292,42 @@ class OpenAIProvider(HTTPProvider):
         api_key: str | None = None,
         **options: Any,
     ) -> OpenAIProvider:
-        """A model served by Ollama's OpenAI-compatible endpoint."""
+        """A model served by Ollama's OpenAI-compatible endpoint (earlier turns' reasoning
+        goes back in ``reasoning``, which Ollama reads as the message's thinking)."""
         options.setdefault("name", "ollama")
         options.setdefault("max_tokens_field", "max_tokens")
+        options.setdefault("send_reasoning", "reasoning")
         provider = cls(model, api_key=api_key or "ollama", base_url=base_url, **options)
         if api_key is None:
             provider._key_source = _PLACEHOLDER_KEY.format(key="ollama")
+        return provider
+
+    @classmethod
+    def gemini(
+        cls,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str = GEMINI_BASE_URL,
+        **options: Any,
+    ) -> OpenAIProvider:
+        """A Gemini model through Google's OpenAI-compatible endpoint (``GEMINI_API_KEY``,
+        else ``GOOGLE_API_KEY``, when ``api_key`` is None), e.g. ``"gemini-2.5-flash"``.
+
+        Tool calls keep the ``extra_content`` Gemini attaches to them (its thought
+        signatures) and send it back unchanged on later turns.
+        """
+        variable = next(
+            (v for v in ("GEMINI_API_KEY", "GOOGLE_API_KEY") if os.environ.get(v)), None
+        )
+        key = api_key or (os.environ[variable] if variable else None)
+        if not key:
+            raise ConfigurationError("Gemini needs an API key: pass api_key= or set GEMINI_API_KEY")
+        options.setdefault("name", "gemini")
+        options.setdefault("max_tokens_field", "max_tokens")
+        provider = cls(model, api_key=key, base_url=base_url, **options)
+        if api_key is None and "client" not in options:
+            provider._key_source = f"the key in {variable}"
         return provider
 
     # -- encoding ---------------------------------------------------------------------------
@@ -309,6 +359,7 @@ class OpenAIProvider(HTTPProvider):
             head.update(extra)
         if "messages" in head:
             raise ConfigurationError("'messages' cannot be set through extra fields")
+        _check_choices(head, "the request's extra fields")
         extra_tools = head.pop("tools", None)
         pieces = [dumps(head)[:-1]]
         if request.tools or extra_tools:
@@ -335,18 +386,18 @@ class OpenAIProvider(HTTPProvider):
 
     def _render_message(self, message: Message) -> str:
         """One message as wire JSON; may be several wire messages joined by commas, or ""."""
-        origin = message.origin
-        if (
-            origin is not None
-            and message.role == "assistant"
-            and origin.api == "chat.completions"
-            and origin.provider == self.name
-            and isinstance(origin.raw, dict)
-            and _raw_matches(origin.raw, message)
-        ):
-            return dumps(origin.raw)
         if message.role == "assistant":
-            return _render_assistant(message)
+            origin = message.origin
+            raw = (
+                origin.raw
+                if origin is not None
+                and origin.api == "chat.completions"
+                and origin.provider == self.name
+                and isinstance(origin.raw, dict)
+                and _raw_matches(origin.raw, message)
+                else None
+            )
+            return _render_assistant(message, raw, self.send_reasoning)
         out: list[str] = []
         texts: list[str] = []
         # Tool messages are text only: what tool results carry beside their text goes in the
@@ -412,7 +463,15 @@ class OpenAIProvider(HTTPProvider):
             raise ResponseInvalid(
                 "the response has no choices", provider=self.name, request_id=request_id
             )
-        choice = choices[0]
+        if type(choices) is not list:
+            raise Malformed("choices is not a list")
+        choice = _choice_zero(choices)
+        if choice is None:
+            raise ResponseInvalid(
+                "the response has no choice with index 0",
+                provider=self.name,
+                request_id=request_id,
+            )
         message = choice.get("message") or {}
         tool_calls = message.get("tool_calls") or ()
         if len(tool_calls) > self.limits.max_blocks:
@@ -420,16 +479,20 @@ class OpenAIProvider(HTTPProvider):
         calls = []
         for call in tool_calls:
             function = call.get("function") or {}
+            extra = call.get("extra_content")
             calls.append(
                 (
                     read_call_id(call.get("id")),
                     read_name(function.get("name"), "tool call name"),
                     _arguments(function.get("arguments")),
+                    extra if type(extra) is dict else None,
                 )
             )
+        details = _details(message.get("reasoning_details"), self.limits.max_blocks)
         return _response(
             self,
-            _reasoning(message),
+            _thinking_parts(details, _reasoning(message)),
+            details,
             _content(message.get("content")),
             read_str(message.get("refusal"), "refusal"),
             calls,
@@ -500,31 +563,121 @@ def _raw_matches(raw: dict[str, Any], message: Message) -> bool:
     return True
 
 
-def _render_assistant(message: Message) -> str:
-    texts: list[str] = []
-    calls: list[dict[str, Any]] = []
-    for part in message.content:
-        if isinstance(part, TextPart):
-            texts.append(part.text)
-        elif isinstance(part, ToolCallPart):
-            arguments = part.arguments
-            raw = arguments.get(INVALID_ARGUMENTS_KEY)
-            calls.append(
-                {
-                    "id": part.id,
-                    "type": "function",
-                    "function": {
-                        "name": part.name,
-                        "arguments": raw if isinstance(raw, str) else dumps(arguments),
-                    },
-                }
-            )
-    if not texts and not calls:
-        return ""  # e.g. a turn of thinking only: nothing Chat Completions can take back
-    wire: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
-    if calls:
-        wire["tool_calls"] = calls
+def _render_assistant(message: Message, raw: dict[str, Any] | None, send: str | None) -> str:
+    """An assistant turn as wire JSON: ``raw`` (the turn as received, when it still says what
+    ``message`` says) or one made from the parts; with its reasoning in the field ``send``
+    names ("" for a turn Chat Completions cannot take back)."""
+    if raw is not None:
+        if send is None and not _REASONING_KEYS.intersection(raw):
+            return dumps(raw)
+        wire = {k: v for k, v in raw.items() if k not in _REASONING_KEYS}
+    else:
+        texts: list[str] = []
+        calls: list[dict[str, Any]] = []
+        for part in message.content:
+            if isinstance(part, TextPart):
+                texts.append(part.text)
+            elif isinstance(part, ToolCallPart):
+                arguments = part.arguments
+                invalid = arguments.get(INVALID_ARGUMENTS_KEY)
+                calls.append(
+                    {
+                        "id": part.id,
+                        "type": "function",
+                        "function": {
+                            "name": part.name,
+                            "arguments": invalid if isinstance(invalid, str) else dumps(arguments),
+                        },
+                    }
+                )
+        if not texts and not calls:
+            return ""  # e.g. a turn of thinking only: nothing Chat Completions can take back
+        wire = {"role": "assistant", "content": "".join(texts) or None}
+        if calls:
+            wire["tool_calls"] = calls
+    if send == "reasoning_details":
+        details = raw.get("reasoning_details") if raw is not None else None
+        if details:
+            wire["reasoning_details"] = details  # as received: signatures, encrypted data
+    elif send is not None:
+        reasoning = "".join(
+            p.text for p in message.content if isinstance(p, ThinkingPart) and p.text
+        )
+        if reasoning:
+            wire[send] = reasoning
     return dumps(wire)
+
+
+def _check_choices(body: dict[str, Any], where: str) -> None:
+    """Refuse ``n`` above 1: fanloop reads the choice with index 0 only."""
+    n = body.get("n")
+    if n is not None and n != 1:
+        raise ConfigurationError(
+            f"n={n!r} in {where}: fanloop reads one choice per response (n must be 1)"
+        )
+
+
+def _choice_zero(choices: list[Any]) -> Any:
+    """The choice with index 0 (or without an index), or None: with ``n`` above 1 a server
+    sends the others too, which must not be mixed into the turn."""
+    for choice in choices:
+        if type(choice) is not dict:
+            raise Malformed("a choice is not a JSON object")
+        index = choice.get("index")
+        if index is None or index == 0:
+            return choice
+    return None
+
+
+_DETAIL_TEXT = {"reasoning.text": "text", "reasoning.summary": "summary"}
+
+
+def _detail(item: Any) -> dict[str, Any]:
+    """One ``reasoning_details`` item, checked: a JSON object with a string ``type`` whose
+    text, summary, data and signature are strings when present."""
+    if type(item) is not dict:
+        raise Malformed("a reasoning_details item is not a JSON object")
+    if type(item.get("type")) is not str:
+        raise Malformed("a reasoning_details item has no type")
+    for key in ("text", "summary", "data", "signature"):
+        value = item.get(key)
+        if value is not None and type(value) is not str:
+            raise Malformed(f"reasoning_details {key} is not a string")
+    return item
+
+
+def _details(value: Any, limit: int) -> list[dict[str, Any]]:
+    """A message's ``reasoning_details`` (OpenRouter), checked; [] when absent."""
+    if value is None:
+        return []
+    if type(value) is not list:
+        raise Malformed("reasoning_details is not a list")
+    if len(value) > limit:
+        raise ResponseTooLarge(f"the response has over {limit:,} reasoning_details (max_blocks)")
+    return [_detail(item) for item in value]
+
+
+def _thinking_parts(details: list[dict[str, Any]], reasoning: str) -> list[Part]:
+    """The thinking parts of a turn: one per ``reasoning_details`` item that maps (text with
+    its signature, a summary, encrypted data as ``redacted``), else the reasoning text."""
+    parts: list[Part] = []
+    has_text = False
+    for item in details:
+        kind = item["type"]
+        if kind == "reasoning.encrypted":
+            data = item.get("data") or ""
+            parts.append(ThinkingPart.model_construct(text="", signature=None, redacted=data))
+        elif kind in _DETAIL_TEXT:
+            text = item.get(_DETAIL_TEXT[kind]) or ""
+            has_text = has_text or bool(text)
+            parts.append(
+                ThinkingPart.model_construct(
+                    text=text, signature=item.get("signature"), redacted=None
+                )
+            )
+    if reasoning and not has_text:
+        parts.insert(0, ThinkingPart.model_construct(text=reasoning, signature=None, redacted=None))
+    return parts
 
 
 def _usage(raw: Any) -> Usage:
@@ -599,22 +752,21 @@ def _finish(raw: Any) -> str | None:
 
 def _response(
     provider: OpenAIProvider,
-    reasoning: str,
+    thinking: list[Part],
+    details: list[dict[str, Any]],
     text: str,
     refusal: str,
-    calls: list[tuple[str, str, str]],
+    calls: list[tuple[str, str, str, dict[str, Any] | None]],
     finish: Any,
     usage: Any,
     response_id: Any,
     model: Any,
     request_id: str | None,
 ) -> ModelResponse:
-    parts: list[Part] = []
-    if reasoning:
-        parts.append(ThinkingPart.model_construct(text=reasoning, signature=None, redacted=None))
+    parts = thinking
     if text or refusal:
         parts.append(TextPart.model_construct(text=text + refusal))
-    for call_id, name, arguments in calls:
+    for call_id, name, arguments, _ in calls:
         parts.append(
             ToolCallPart.model_construct(
                 id=call_id, name=name, arguments=parse_arguments(arguments)
@@ -640,10 +792,19 @@ def _response(
     if refusal:
         raw["refusal"] = refusal
     if calls:
-        raw["tool_calls"] = [
-            {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
-            for i, n, a in calls
-        ]
+        wire_calls: list[dict[str, Any]] = []
+        for i, n, a, extra in calls:
+            wire_call: dict[str, Any] = {
+                "id": i,
+                "type": "function",
+                "function": {"name": n, "arguments": a},
+            }
+            if extra is not None:
+                wire_call["extra_content"] = extra  # e.g. Gemini's thought signature
+            wire_calls.append(wire_call)
+        raw["tool_calls"] = wire_calls
+    if details:
+        raw["reasoning_details"] = details  # sent back as received (send_reasoning)
     model = short(model) or provider.model
     return ModelResponse.model_construct(
         content=tuple(parts),
@@ -661,7 +822,7 @@ def _response(
 
 
 class _Call:
-    __slots__ = ("chunks", "id", "joiner", "name", "started")
+    __slots__ = ("chunks", "extra", "id", "joiner", "name", "started")
 
     def __init__(self) -> None:
         self.id = ""
@@ -669,9 +830,72 @@ class _Call:
         self.chunks: list[str] = []
         self.joiner = Joiner()
         self.started = False
+        self.extra: dict[str, Any] | None = None
 
 
 _MAX_INDEX = 2**31 - 1
+_PIECES = ("text", "summary", "data")  # the reasoning_details fields streamed in pieces
+
+
+class _Details:
+    """Streamed ``reasoning_details`` items, assembled by their ``index``: the text,
+    summary and data pieces joined, the other fields (signature, id, format) as last sent."""
+
+    __slots__ = ("_by_index", "_items", "_limit", "_pieces")
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._items: list[dict[str, Any]] = []
+        self._pieces: list[dict[str, list[str]]] = []
+        self._by_index: dict[int, int] = {}
+
+    def add(self, fragments: Any) -> str:
+        """Take one delta's fragments; returns the reasoning text they add."""
+        if type(fragments) is not list:
+            raise Malformed("reasoning_details is not a list")
+        added: list[str] = []
+        items = self._items
+        for fragment in fragments:
+            fragment = _detail(fragment)
+            kind = fragment["type"]
+            index = fragment.get("index")
+            if index is not None and (type(index) is not int or not 0 <= index <= _MAX_INDEX):
+                raise Malformed("a reasoning_details index that is not a small integer")
+            at = self._by_index.get(index) if index is not None else None
+            if at is None and index is None and items:
+                last = items[-1]
+                if last.get("index") is None and last["type"] == kind:
+                    at = len(items) - 1  # an unindexed piece continues the item before
+            if at is None:
+                if len(items) >= self._limit:
+                    raise ResponseTooLarge(
+                        f"the response has over {self._limit:,} reasoning_details (max_blocks)"
+                    )
+                at = len(items)
+                items.append({k: v for k, v in fragment.items() if k not in _PIECES})
+                self._pieces.append({})
+                if index is not None:
+                    self._by_index[index] = at
+            item, pieces = items[at], self._pieces[at]
+            if item["type"] != kind:
+                raise Malformed("a reasoning_details item changed its type")
+            for key, value in fragment.items():
+                if key in _PIECES:
+                    if value:
+                        pieces.setdefault(key, []).append(value)
+                        if key == _DETAIL_TEXT.get(kind):
+                            added.append(value)
+                elif value is not None:
+                    item[key] = value
+        return "".join(added)
+
+    def finish(self) -> list[dict[str, Any]]:
+        out = []
+        for item, pieces in zip(self._items, self._pieces, strict=True):
+            for key, chunks in pieces.items():
+                item[key] = "".join(chunks)
+            out.append(item)
+        return out
 
 
 class _StreamParser:
@@ -679,6 +903,7 @@ class _StreamParser:
 
     __slots__ = (
         "_calls",
+        "_details",
         "_finish",
         "_held",
         "_id",
@@ -707,6 +932,7 @@ class _StreamParser:
         self._joiners = (Joiner(), Joiner(), Joiner())
         self._held = False  # whether any joiner holds something back
         self._calls: dict[int, _Call] = {}
+        self._details: _Details | None = None
         self._finish: Any = None
         self._usage: Any = None
         self._id: Any = None
@@ -739,6 +965,10 @@ class _StreamParser:
         if not choices:
             return None
         choice = choices[0]
+        if len(choices) > 1 or choice.get("index") not in (0, None):
+            choice = _choice_zero(choices)  # n > 1: the other choices are not this turn's
+            if choice is None:
+                return None
         finish = choice.get("finish_reason")
         if finish:
             self._finish = finish
@@ -747,7 +977,14 @@ class _StreamParser:
             return None
         content = delta.get("content")
         tool_calls = delta.get("tool_calls")
-        if content and not tool_calls and type(content) is str and not (odd or self._held):
+        details = delta.get("reasoning_details")
+        if (
+            content
+            and not tool_calls
+            and not details
+            and type(content) is str
+            and not (odd or self._held)
+        ):
             self._text.append(content)
             return TextDelta(content)
         out: list[StreamDelta] = []
@@ -759,6 +996,11 @@ class _StreamParser:
             self._text.append(content)
             out.append(TextDelta(content))
         reasoning = _reasoning(delta)
+        if details:
+            if self._details is None:
+                self._details = _Details(self._max_calls)
+            added = self._details.add(scrub_json(details) if odd else details)
+            reasoning = reasoning or added  # OpenRouter sends the text in both, or in one
         if reasoning:
             if odd or joiners[1].held:
                 reasoning = self._join(1, reasoning)
@@ -818,6 +1060,9 @@ class _StreamParser:
             call_id = fragment.get("id")
             if call_id and not call.started:
                 call.id = read_call_id(call_id)
+            extra = fragment.get("extra_content")
+            if type(extra) is dict:
+                call.extra = scrub_json(extra) if odd else extra
             function = fragment.get("function") or {}
             name = function.get("name")
             if name and not call.name:
@@ -866,12 +1111,14 @@ class _StreamParser:
         if self._held:
             self._flush()
         calls = [
-            (call.id or new_call_id(), call.name, "".join(call.chunks))
+            (call.id or new_call_id(), call.name, "".join(call.chunks), call.extra)
             for _, call in sorted(self._calls.items())
         ]
+        details = self._details.finish() if self._details is not None else []
         return _response(
             self._provider,
-            "".join(self._reasoning),
+            _thinking_parts(details, "".join(self._reasoning)),
+            details,
             "".join(self._text),
             "".join(self._refusal),
             calls,
