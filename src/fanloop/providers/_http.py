@@ -670,6 +670,9 @@ class HTTPProvider:
     model: str
     _path: ClassVar[str]
     _api: ClassVar[str]
+    _sdk_json: bool = False
+    """Whether an SDK client gets the body as JSON data (``body=``) rather than bytes: the
+    clients of the cloud platforms (Azure, Vertex AI, Bedrock) route and sign by the body."""
 
     def __init__(
         self,
@@ -730,6 +733,10 @@ class HTTPProvider:
 
     def _parser(self, request_id: str | None) -> StreamParser:
         raise NotImplementedError
+
+    def _frames(self) -> FrameDecoder:
+        """The decoder that cuts a streamed body into ``(event, data)`` frames: SSE."""
+        return SSEDecoder(self.limits.max_frame_bytes)
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Answer ``request`` with one non-streamed call (behind ``pacing``, when set)."""
@@ -900,9 +907,14 @@ class HTTPProvider:
         errors = self._errors
         assert errors is not None
         try:
-            response: httpx2.Response = await self._client.post(
-                self._path, content=body, cast_to=httpx2.Response, stream=stream
-            )
+            if self._sdk_json:
+                response: httpx2.Response = await self._client.post(
+                    self._path, body=loads(body), cast_to=httpx2.Response, stream=stream
+                )
+            else:
+                response = await self._client.post(
+                    self._path, content=body, cast_to=httpx2.Response, stream=stream
+                )
         except errors.status as exc:
             raise self._from_status(exc) from None
         except errors.timeout as exc:
@@ -986,6 +998,12 @@ def _log_status(error: ProviderError) -> None:
     )
 
 
+class FrameDecoder(Protocol):
+    """Cuts chunks of a streamed body into ``(event, data)`` frames (:class:`SSEDecoder`)."""
+
+    def feed(self, chunk: bytes) -> list[tuple[bytes, bytes]]: ...
+
+
 class StreamParser(Protocol):
     """Turns the SSE frames of one response into deltas and, at the end, a response."""
 
@@ -1039,7 +1057,7 @@ class ProviderStream:
         request_id = _request_id(response.headers)
         parser = provider._parser(request_id)
         limits = provider.limits
-        feed = SSEDecoder(limits.max_frame_bytes).feed
+        feed = provider._frames().feed
         budget = limits.max_response_bytes
         chunks = response.aiter_bytes()
         clock = time.monotonic

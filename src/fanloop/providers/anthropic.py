@@ -41,10 +41,12 @@ from ..messages import (
     media_base64,
 )
 from ._endpoint import anthropic_endpoint, from_sdk_client
+from ._eventstream import EventStreamDecoder
 from ._http import (
     DEFAULT_MAX_BLOCKS,
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_MAX_RESPONSE_BYTES,
+    FrameDecoder,
     HTTPProvider,
     SDKErrors,
     Transport,
@@ -134,12 +136,10 @@ def _from_client(
     default_headers: dict[str, str] | None,
 ) -> tuple[Any, str]:
     """``client`` with fanloop's options (its retries off), and where its key came from."""
-    import anthropic
-
     return from_sdk_client(
         client,
-        anthropic.AsyncAnthropic,
-        key=lambda sdk: sdk.api_key or sdk.auth_token,
+        _client_class(client),
+        key=lambda sdk: getattr(sdk, "api_key", None) or getattr(sdk, "auth_token", None),
         variables=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
         owner="AnthropicProvider",
         api_key=api_key,
@@ -148,6 +148,22 @@ def _from_client(
         timeout=timeout,
         default_headers=default_headers,
     )
+
+
+def _client_class(client: Any) -> type[Any]:
+    """The SDK class ``client`` is checked against: ``AsyncAnthropic``, or the client of Vertex
+    AI or Bedrock (imported only when ``client`` is not an ``AsyncAnthropic``)."""
+    import anthropic
+
+    if isinstance(client, anthropic.AsyncAnthropic):
+        return anthropic.AsyncAnthropic
+    from anthropic.lib.bedrock import AsyncAnthropicBedrock
+    from anthropic.lib.vertex import AsyncAnthropicVertex
+
+    for platform in (AsyncAnthropicVertex, AsyncAnthropicBedrock):
+        if isinstance(client, platform):
+            return platform
+    return anthropic.AsyncAnthropic  # the error names the usual client
 
 
 class AnthropicProvider(HTTPProvider):
@@ -165,9 +181,12 @@ class AnthropicProvider(HTTPProvider):
             event loop that uses it, and closes them in :meth:`aclose` or when their loop
             shuts down.
         client: an ``anthropic.AsyncAnthropic`` to send requests through instead (for
-            credentials only the SDK resolves: profiles, workload identity, ``credentials=``).
-            Its key, base URL and pool are used as they are (so ``api_key``, ``base_url`` and
-            ``http_client`` must be left out); it is never closed by this provider.
+            credentials only the SDK resolves: profiles, workload identity, ``credentials=``),
+            or the SDK's ``AsyncAnthropicVertex`` or ``AsyncAnthropicBedrock`` for Claude on
+            Google Vertex AI or Amazon Bedrock (they route, authenticate and sign each request;
+            see ``docs/providers.md``). Its key, base URL and pool are used as they are (so
+            ``api_key``, ``base_url`` and ``http_client`` must be left out); it is never
+            closed by this provider.
         timeout: seconds (or an ``httpx2.Timeout``) for each request; the default waits up to
             600 s for data and 5 s to connect.
         default_headers: extra headers for every request (e.g. ``anthropic-beta``).
@@ -207,6 +226,7 @@ class AnthropicProvider(HTTPProvider):
     hosted_tools: frozenset[str] = frozenset(_HOSTED_TYPES)
     native_output: bool = True
     supported_settings: frozenset[str] = ANTHROPIC_SETTINGS
+    _bedrock: bool = False
 
     @staticmethod
     def accepts_output_schema(schema: dict[str, Any]) -> bool:
@@ -246,6 +266,10 @@ class AnthropicProvider(HTTPProvider):
             super().__init__(
                 sdk, sdk_errors=_sdk_errors(), key_source=source, limits=limits, pacing=pacing
             )
+            platform = type(sdk).__module__
+            # Vertex AI and Bedrock clients take the model out of the body into the URL.
+            self._sdk_json = platform.startswith(("anthropic.lib.vertex", "anthropic.lib.bedrock"))
+            self._bedrock = platform.startswith("anthropic.lib.bedrock")
         else:
             endpoint, source = anthropic_endpoint(
                 api_key=api_key,
@@ -406,6 +430,12 @@ class AnthropicProvider(HTTPProvider):
             data.get("model"),
             request_id,
         )
+
+    def _frames(self) -> FrameDecoder:
+        """SSE, or on Bedrock the AWS event-stream framing its streams come in."""
+        if self._bedrock:
+            return EventStreamDecoder(self.limits.max_frame_bytes)
+        return super()._frames()
 
     def _parser(self, request_id: str | None) -> _StreamParser:
         return _StreamParser(self, request_id)

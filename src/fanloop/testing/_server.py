@@ -24,6 +24,7 @@ import itertools
 import json
 import threading
 import time
+import urllib.parse
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from typing import Any, Literal, TypeAlias
 
 from ..messages import INVALID_ARGUMENTS_KEY, TextPart, ThinkingPart, ToolCallPart
 from ..providers._types import ModelResponse, StopReason, Usage
-from . import _responses
+from . import _cloud, _responses
 from ._faults import Hostile, RateLimit, RateLimitLog, play
 from ._script import Fault, reply
 
@@ -125,6 +126,9 @@ class RecordedRequest:
         body: the parsed JSON body (``None`` if it was not JSON).
         raw_body: the body bytes as sent.
         request_id: the request id the server answered with.
+        query: the query parameters (e.g. Azure's ``{"api-version": "2024-10-21"}``).
+        platform: ``"vertex"`` or ``"bedrock"`` for a Messages API request on Google Vertex
+            AI or Amazon Bedrock (told by its path), else ``""``.
     """
 
     api: str
@@ -134,10 +138,14 @@ class RecordedRequest:
     body: Any
     raw_body: bytes
     request_id: str
+    query: dict[str, str] = field(default_factory=dict)
+    platform: str = ""
 
     @property
     def stream(self) -> bool:
-        """Whether the client asked for a stream."""
+        """Whether the client asked for a stream (on Bedrock, by the path)."""
+        if self.platform == "bedrock":
+            return self.path.endswith("-with-response-stream")
         return isinstance(self.body, dict) and self.body.get("stream") is True
 
     @property
@@ -201,10 +209,14 @@ class FakeLLMServer:
     Responses APIs.
 
     It serves ``POST /v1/messages``, ``POST /v1/chat/completions`` and ``POST /v1/responses``
+    (and the same under other roots: Azure OpenAI's ``/openai/deployments/{deployment}/...``
+    and ``/openai/v1/...``; Claude on Vertex AI's ``...:rawPredict`` /
+    ``...:streamRawPredict`` and on Bedrock's ``/model/{model}/invoke`` /
+    ``invoke-with-response-stream``, the latter in AWS event-stream framing)
     (reasoning items with summaries and an opaque ``encrypted_content``, function calls,
     ``response.incomplete`` for a ``MAX_TOKENS`` turn), streamed and not,
     over HTTP/1.1 with keep-alive, on ``127.0.0.1`` and an ephemeral port. It accepts an API
-    key as ``Authorization: Bearer`` or ``x-api-key`` (any key, unless ``api_key`` is set).
+    key as ``Authorization: Bearer``, ``x-api-key`` or ``api-key`` (any key, unless ``api_key`` is set).
 
     Each request is answered by the next scripted turn: first from the queue of its API (see
     :meth:`add` with ``api=``), then from the shared queue, then by ``responder``. A turn is a
@@ -476,14 +488,15 @@ class FakeLLMServer:
         writer: asyncio.StreamWriter,
     ) -> bool:
         """Answer one request; ``False`` when the connection must be closed."""
-        path = target.split("?", 1)[0]
+        path, _, query = target.partition("?")
         request_id = f"req_fake_{next(self._ids):06d}"
+        cloud = _cloud.route(path) if not path.startswith("/v1/messages") else None
         api: str
-        if path == "/v1/messages":
+        if path == "/v1/messages" or cloud is not None:
             api = "anthropic"
         elif path.endswith("/chat/completions"):
             api = "openai"
-        elif path.endswith("/v1/responses"):
+        elif path.endswith("/responses"):  # also Azure's /openai/responses
             api = "responses"
         else:
             api = ""
@@ -493,7 +506,17 @@ class FakeLLMServer:
             body = None
         if self.record:
             self.requests.append(
-                RecordedRequest(api, method, path, headers, body, raw_body, request_id)
+                RecordedRequest(
+                    api,
+                    method,
+                    path,
+                    headers,
+                    body,
+                    raw_body,
+                    request_id,
+                    dict(urllib.parse.parse_qsl(query)),
+                    cloud.platform if cloud is not None else "",
+                )
             )
         if not api:
             await self._send_error(
@@ -510,7 +533,8 @@ class FakeLLMServer:
             return True
         if self.api_key is not None:
             auth = headers.get("authorization", "")
-            key = auth[7:] if auth.lower().startswith("bearer ") else headers.get("x-api-key")
+            key = auth[7:] if auth.lower().startswith("bearer ") else None
+            key = key or headers.get("x-api-key") or headers.get("api-key")  # api-key: Azure
             if key != self.api_key:
                 await self._send_error(writer, api, 401, None, "invalid x-api-key", request_id)
                 return True
@@ -549,8 +573,8 @@ class FakeLLMServer:
                     request_id,
                 )
                 return True
-            stream = body.get("stream") is True
-            model = str(body.get("model") or "fake-model")
+            stream = body.get("stream") is True or (cloud is not None and cloud.stream)
+            model = cloud.model if cloud is not None else str(body.get("model") or "fake-model")
             return await play(self, turn, writer, api, model, request_id, stream)
         if isinstance(turn, Fault):
             fault = turn
@@ -577,8 +601,12 @@ class FakeLLMServer:
                 fault = None
         else:
             response = turn
-        model = str(body.get("model") or "fake-model")
-        if body.get("stream") is True:
+        model = cloud.model if cloud is not None else str(body.get("model") or "fake-model")
+        if cloud is not None and cloud.platform == "bedrock" and cloud.stream:
+            return await self._send_stream(
+                writer, api, response, model, request_id, fault, body, bedrock=True
+            )
+        if body.get("stream") is True or (cloud is not None and cloud.stream):
             return await self._send_stream(writer, api, response, model, request_id, fault, body)
         return await self._send_json(writer, api, response, model, request_id, fault, body)
 
@@ -698,6 +726,8 @@ class FakeLLMServer:
         request_id: str,
         fault: Fault | None,
         body: dict[str, Any] | None = None,
+        *,
+        bedrock: bool = False,
     ) -> bool:
         if api == "anthropic":
             rendered = _anthropic_events(response, model, request_id, self.chars_per_delta)
@@ -718,9 +748,11 @@ class FakeLLMServer:
                 )
             elif fault.drop_connection:
                 close = True
+        if bedrock:  # AWS event-stream messages, not SSE
+            frames = _cloud.bedrock_frames(frames)
         head = self._head(
             200,
-            "text/event-stream",
+            "application/vnd.amazon.eventstream" if bedrock else "text/event-stream",
             request_id,
             "cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n",
         )
