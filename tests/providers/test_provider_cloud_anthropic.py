@@ -65,8 +65,7 @@ def expected_path(kind: str, stream: bool) -> str:
     if kind == "vertex":
         verb = "streamRawPredict" if stream else "rawPredict"
         return (
-            "/v1/projects/my-project/locations/us-east5/publishers/anthropic/models/"
-            f"{MODEL}:{verb}"
+            f"/v1/projects/my-project/locations/us-east5/publishers/anthropic/models/{MODEL}:{verb}"
         )
     return f"/model/{BEDROCK_MODEL}/invoke" + ("-with-response-stream" if stream else "")
 
@@ -202,7 +201,8 @@ def test_the_decoder_takes_messages_split_anywhere() -> None:
 
 
 def test_an_exception_message_becomes_an_anthropic_error_event() -> None:
-    sse = b'event: error\ndata: {"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}\n\n'
+    error = {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}
+    sse = b"event: error\ndata: " + json.dumps(error).encode() + b"\n\n"
     (frame,) = bedrock_frames([sse])
     ((event, data),) = EventStreamDecoder().feed(frame)
     assert event == b"error"

@@ -216,7 +216,8 @@ class FakeLLMServer:
     (reasoning items with summaries and an opaque ``encrypted_content``, function calls,
     ``response.incomplete`` for a ``MAX_TOKENS`` turn), streamed and not,
     over HTTP/1.1 with keep-alive, on ``127.0.0.1`` and an ephemeral port. It accepts an API
-    key as ``Authorization: Bearer``, ``x-api-key`` or ``api-key`` (any key, unless ``api_key`` is set).
+    key as ``Authorization: Bearer``, ``x-api-key`` or ``api-key`` (any key, unless
+    ``api_key`` is set).
 
     Each request is answered by the next scripted turn: first from the queue of its API (see
     :meth:`add` with ``api=``), then from the shared queue, then by ``responder``. A turn is a
