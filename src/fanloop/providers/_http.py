@@ -655,6 +655,10 @@ class SDKErrors:
     base: type[Exception]
 
 
+# The SDK clients of Azure OpenAI, Vertex AI and Bedrock: they read the model from the body.
+_PLATFORM_CLIENTS = ("openai.lib.azure", "anthropic.lib.vertex", "anthropic.lib.bedrock")
+
+
 class HTTPProvider:
     """Base of the HTTP providers: request sending, lifecycle and error translation.
 
@@ -685,6 +689,8 @@ class HTTPProvider:
     ) -> None:
         self._client = client
         self._errors = sdk_errors
+        if sdk_errors is not None and type(client).__module__.startswith(_PLATFORM_CLIENTS):
+            self._sdk_json = True
         self._key_source = key_source
         self._closed = False  # aclose() was called and no request has been sent since
         self.limits = limits or WireLimits()

@@ -32,7 +32,9 @@ def resolve_provider(spec: str, **options: Any) -> Provider:
     :class:`~fanloop.providers.openai.OpenAIResponsesProvider`), ``openai-chat`` (Chat
     Completions: :class:`~fanloop.providers.openai.OpenAIProvider`), ``openrouter``, ``vllm``,
     ``ollama`` and ``gemini`` (Chat Completions; Gemini through Google's OpenAI-compatible
-    endpoint);
+    endpoint), or ``azure`` (a deployment on Azure OpenAI, Chat Completions:
+    :meth:`~fanloop.providers.openai.OpenAIProvider.azure`, which reads
+    ``AZURE_OPENAI_ENDPOINT`` and ``AZURE_OPENAI_API_KEY``);
     everything after the first colon is the model name (``"openrouter:meta-llama/llama-3:free"``
     is the model ``meta-llama/llama-3:free``). ``options`` go to the provider's constructor
     (``api_key``, ``base_url``, ``http_client``, ``timeout``...).
@@ -55,9 +57,13 @@ def resolve_provider(spec: str, **options: Any) -> Provider:
         from .anthropic import AnthropicProvider
 
         return AnthropicProvider(model, **options)
+    if vendor == "azure":
+        from .openai import OpenAIProvider
+
+        return OpenAIProvider.azure(model, **options)
     if vendor not in VENDORS:
         raise ConfigurationError(
-            f"unknown provider {vendor!r} in {spec!r}; expected one of {', '.join(VENDORS)}"
+            f"unknown provider {vendor!r} in {spec!r}; expected one of {', '.join(VENDORS)}, azure"
         )
     from .openai import OpenAIProvider, OpenAIResponsesProvider
 

@@ -266,10 +266,7 @@ class AnthropicProvider(HTTPProvider):
             super().__init__(
                 sdk, sdk_errors=_sdk_errors(), key_source=source, limits=limits, pacing=pacing
             )
-            platform = type(sdk).__module__
-            # Vertex AI and Bedrock clients take the model out of the body into the URL.
-            self._sdk_json = platform.startswith(("anthropic.lib.vertex", "anthropic.lib.bedrock"))
-            self._bedrock = platform.startswith("anthropic.lib.bedrock")
+            self._bedrock = type(sdk).__module__.startswith("anthropic.lib.bedrock")
         else:
             endpoint, source = anthropic_endpoint(
                 api_key=api_key,

@@ -20,7 +20,7 @@ the SSE chunks itself, assembling tool-call fragments by their ``index``.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import httpx2
 
@@ -39,6 +39,7 @@ from ..messages import (
     ToolCallPart,
     media_base64,
 )
+from ._azure import AzureTokenProvider, azure_provider
 from ._endpoint import from_sdk_client, openai_endpoint, openai_sdk_errors
 from ._http import (
     DEFAULT_MAX_BLOCKS,
@@ -239,6 +240,49 @@ class OpenAIProvider(HTTPProvider):
         self._tools = ToolsCache()
 
     # -- presets ----------------------------------------------------------------------------
+
+    @classmethod
+    def azure(
+        cls,
+        deployment: str,
+        *,
+        azure_endpoint: str | None = None,
+        api_version: str | None = None,
+        api_key: str | None = None,
+        azure_ad_token: str | None = None,
+        azure_ad_token_provider: AzureTokenProvider | None = None,
+        **options: Any,
+    ) -> Self:
+        """A deployment on Azure OpenAI, with the arguments of ``openai.AsyncAzureOpenAI``.
+
+        Args:
+            deployment: the deployment name (sent as the model).
+            azure_endpoint: the resource, e.g. ``https://my-resource.openai.azure.com``
+                (else ``AZURE_OPENAI_ENDPOINT``).
+            api_version: a dated version such as ``"2024-10-21"`` (posted to
+                ``/openai/deployments/{deployment}/chat/completions``), or ``"v1"`` /
+                ``"preview"`` for Azure's v1 API (``/openai/v1/...``); else
+                ``OPENAI_API_VERSION``, else ``"v1"``.
+            api_key: sent as ``api-key`` (else ``AZURE_OPENAI_API_KEY``).
+            azure_ad_token: a Microsoft Entra ID token, sent as ``Authorization: Bearer``
+                (else ``AZURE_OPENAI_AD_TOKEN``, which wins over the key variable).
+            azure_ad_token_provider: a callable returning a token (or an awaitable of one),
+                called before every request.
+            options: the provider's other options (``timeout``, ``http_client``...).
+
+        Raises:
+            ConfigurationError: no endpoint, no credential or more than one.
+        """
+        return azure_provider(
+            cls,
+            deployment,
+            azure_endpoint=azure_endpoint,
+            api_version=api_version,
+            api_key=api_key,
+            azure_ad_token=azure_ad_token,
+            azure_ad_token_provider=azure_ad_token_provider,
+            options=options,
+        )
 
     @classmethod
     def openrouter(

@@ -87,7 +87,7 @@ def bedrock_frames(frames: list[bytes]) -> list[bytes]:
             kind = {
                 "rate_limit_error": "throttlingException",
                 "overloaded_error": "serviceUnavailableException",
-            }.get(error.get("type"), "internalServerException")
+            }.get(str(error.get("type")), "internalServerException")
             message = json.dumps({"message": error.get("message", "")}).encode()
             headers = {
                 ":message-type": "exception",
