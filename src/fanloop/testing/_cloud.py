@@ -59,7 +59,7 @@ def event_stream_message(headers: dict[str, str], payload: bytes) -> bytes:
 
     Example:
         >>> len(event_stream_message({":message-type": "event"}, b"{}"))
-        42
+        40
     """
     encoded = b"".join(
         bytes([len(name)]) + name.encode() + b"\x07" + struct.pack(">H", len(value)) + value
