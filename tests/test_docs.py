@@ -37,7 +37,19 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 FENCE = re.compile(r"(?:<!-- (no-test|file: [^>]*?) -->\s*)?^```(\w*)\n(.*?)^```", re.S | re.M)
 IN_ORDER = "The examples on this page build on each other"
 UNCLEAN = ("Exception ignored", "Unclosed", "ResourceWarning", "never awaited", "never retrieved")
-HIDDEN = ("ANTHROPIC_", "OPENAI_", "OPENROUTER_", "VLLM_", "OLLAMA_", "LLM_", "FANLOOP_", "PYTEST_")
+HIDDEN = (
+    "ANTHROPIC_",
+    "OPENAI_",
+    "OPENROUTER_",
+    "VLLM_",
+    "OLLAMA_",
+    "LLM_",
+    "FANLOOP_",
+    "PYTEST_",
+    "AZURE_",
+    "AWS_",
+    "CLOUD_ML_",
+)
 
 
 @dataclass(frozen=True)
