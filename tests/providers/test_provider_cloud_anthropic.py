@@ -17,7 +17,7 @@ from anthropic.lib.vertex import AsyncAnthropicVertex
 from provider_helpers import request, stream_all
 
 from fanloop import Agent, RetryPolicy, tool
-from fanloop.errors import RateLimited, ResponseTooLarge
+from fanloop.errors import RateLimited, ResponseInvalid, ResponseTooLarge, StreamIncomplete
 from fanloop.messages import ThinkingPart
 from fanloop.providers import Usage
 from fanloop.providers._eventstream import EventStreamDecoder
@@ -25,6 +25,7 @@ from fanloop.providers._wire import Malformed
 from fanloop.providers.anthropic import AnthropicProvider
 from fanloop.testing import FakeLLMServer, Fault, call, reply
 from fanloop.testing._cloud import bedrock_frames, event_stream_message
+from fanloop.testing._faults import Hostile
 
 MODEL = "claude-sonnet-4-5@20250929"
 BEDROCK_MODEL = "anthropic.claude-sonnet-4-5-20250929-v1:0"
@@ -224,3 +225,42 @@ def test_damaged_or_oversized_messages_are_refused() -> None:
         EventStreamDecoder().feed(not_base64)
     other = event_stream_message({":message-type": "event", ":event-type": "metadata"}, b"{}")
     assert EventStreamDecoder().feed(other) == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        Hostile.garbage(size=4096, seed=3),
+        Hostile.raw([chunk({"type": "ping"})[:-1] + b"\0"]),  # a bad checksum
+        Hostile.raw([chunk({"type": "message_start", "message": []})]),  # a bad event
+    ],
+    ids=["garbage", "checksum", "malformed-event"],
+)
+async def test_a_damaged_bedrock_stream_is_response_invalid(
+    server: FakeLLMServer, body: Hostile
+) -> None:
+    sdk = bedrock_client(server)
+    server.add(body)
+    async with AnthropicProvider(BEDROCK_MODEL, client=sdk) as provider:
+        with pytest.raises(ResponseInvalid):
+            await stream_all(provider, request("hi"))
+    await sdk.close()
+
+
+async def test_a_bedrock_stream_that_ends_early_is_incomplete(server: FakeLLMServer) -> None:
+    sdk = bedrock_client(server)
+    server.add(Hostile.raw([chunk({"type": "ping"})]))
+    async with AnthropicProvider(BEDROCK_MODEL, client=sdk) as provider:
+        with pytest.raises(StreamIncomplete):
+            await stream_all(provider, request("hi"))
+    await sdk.close()
+
+
+async def test_a_huge_bedrock_message_is_refused_before_it_is_read(server: FakeLLMServer) -> None:
+    sdk = bedrock_client(server)
+    big = chunk({"type": "ping", "pad": "a" * 200_000})
+    server.add(Hostile.raw([big]))
+    async with AnthropicProvider(BEDROCK_MODEL, client=sdk, max_frame_bytes=65_536) as provider:
+        with pytest.raises(ResponseTooLarge):
+            await stream_all(provider, request("hi"))
+    await sdk.close()
