@@ -25,8 +25,10 @@ can read the same with :func:`current_context`.
 from __future__ import annotations
 
 import contextvars
+import copy
 import inspect
 import json
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -35,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_type_hints, overloa
 import pydantic
 import pydantic_core
 
+from .._log import logger
 from ..errors import ConfigurationError, ToolError
 from ..messages import DocumentPart, ImagePart, TextPart, check_result_parts
 from ..providers._types import ToolSpec
@@ -373,8 +376,24 @@ class FunctionTool(Tool):
         concurrency_key: str | None = None,
         preview: Callable[..., str] | None = None,
     ) -> None:
+        if not callable(fn):
+            given = f"the name {fn!r}" if isinstance(fn, str) else f"{fn!r} ({type(fn).__name__})"
+            raise ConfigurationError(
+                f"a tool is a function or a Tool object, not {given}: pass the function itself "
+                "(tools=[add], not tools=['add'])"
+            )
         self.fn = fn
-        self.name = name or fn.__name__
+        self.name = name or getattr(fn, "__name__", "")
+        if not _TOOL_NAME.fullmatch(self.name):
+            hint = (
+                "a lambda has no name of its own: give one with tool(fn, name='...')"
+                if self.name == "<lambda>"
+                else "give another with tool(fn, name='...')"
+            )
+            raise ConfigurationError(
+                f"tool name {self.name!r} is not 1-64 letters, digits, '_' or '-' (what model "
+                f"APIs accept): {hint}"
+            )
         summary, arg_docs = _doc_sections(fn.__doc__ or "")
         self.description = description if description is not None else summary
         self.dangerous = dangerous
@@ -392,13 +411,21 @@ class FunctionTool(Tool):
                 f"tool {self.name!r}: cannot resolve type hints: {exc}"
             ) from exc
         params = list(inspect.signature(fn).parameters.values())
+        # A function defined in a class body and decorated there: its first parameter is the
+        # instance, bound when the tool is read from an instance (see __get__).
+        self._method = _is_method(fn, params)
+        if self._method:
+            params = params[1:]
         self.takes_context = bool(params) and _is_run_context(hints.get(params[0].name))
         if self.takes_context:
             params = params[1:]
         fields: dict[str, Any] = {}
+        untyped: list[str] = []
         for p in params:
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
                 raise ConfigurationError(f"tool {self.name!r}: *args/**kwargs are not supported")
+            if p.name not in hints:
+                untyped.append(p.name)
             annotation = hints.get(p.name, Any)
             default = ... if p.default is p.empty else p.default
             fields[p.name] = (
@@ -412,6 +439,23 @@ class FunctionTool(Tool):
         )
         self.parameters = strip_titles(self._model.model_json_schema())
         self._fields = tuple(fields)
+        if untyped:
+            logger.warning(
+                "tool_untyped_parameters",
+                tool=self.name,
+                parameters=untyped,
+                hint="the model sees no type for them (an empty schema): annotate them",
+            )
+
+    def __get__(self, instance: object, owner: type | None = None) -> FunctionTool:
+        """A tool decorated in a class body, read from an instance: the tool of that instance's
+        method (its schema is the one built once, without ``self``)."""
+        if instance is None or not self._method:
+            return self
+        bound = copy.copy(self)
+        bound.fn = self.fn.__get__(instance, owner)
+        bound._method = False
+        return bound
 
     def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         try:
@@ -433,12 +477,28 @@ class FunctionTool(Tool):
         return super().preview(**kwargs)
 
     def run(self, **kwargs: Any) -> Any:
+        if self._method:
+            raise ToolError(
+                f"tool {self.name!r} is a method: give the agent the instance's tool "
+                f"(tools=[obj.{self.name}]), not the class's"
+            )
         if self.takes_context:
             return self.fn(current_context(), **kwargs)
         return self.fn(**kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
+
+
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def _is_method(fn: Callable[..., Any], params: list[inspect.Parameter]) -> bool:
+    """Whether ``fn`` is a plain function defined in a class body, taking the instance."""
+    if inspect.ismethod(fn) or not inspect.isfunction(fn) or not params:
+        return False
+    owner, _, _ = fn.__qualname__.rpartition(".")
+    return bool(owner) and not owner.endswith("<locals>") and params[0].name == "self"
 
 
 def _is_run_context(annotation: Any) -> bool:
