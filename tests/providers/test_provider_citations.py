@@ -218,9 +218,7 @@ async def test_the_provider_over_the_anthropic_sdk_client(server: FakeLLMServer)
 def _responses_turn(items: list[dict[str, Any]]) -> ModelResponse:
     """A turn the fake server plays with exactly these output items."""
     origin = Origin(provider="openai", api="responses", model="gpt-5", raw={"output": items})
-    text = "".join(
-        p["text"] for i in items if i["type"] == "message" for p in i["content"]
-    )
+    text = "".join(p["text"] for i in items if i["type"] == "message" for p in i["content"])
     return ModelResponse(content=(TextPart(text=text),), origin=origin)
 
 
@@ -496,10 +494,7 @@ def _hostile_turn(api: str, n: int) -> tuple[Hostile, Hostile]:
         {"type": "response.created", "response": {"id": "r", "status": "in_progress"}},
         {"type": "response.output_item.added", "output_index": 0, "item": {**item, "content": []}},
         {"type": "response.output_text.delta", **at, "delta": "cited"},
-        *(
-            {"type": "response.output_text.annotation.added", **at, "annotation": c}
-            for c in cites
-        ),
+        *({"type": "response.output_text.annotation.added", **at, "annotation": c} for c in cites),
         {"type": "response.output_item.done", "output_index": 0, "item": item},
         {"type": "response.completed", "response": {"id": "r", "status": "completed"}},
     ]
