@@ -29,6 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 __all__ = [
     "IMAGE_MEDIA_TYPES",
     "INVALID_ARGUMENTS_KEY",
+    "MAX_CITATIONS",
+    "MAX_CITATION_CHARS",
     "MAX_PART_BYTES",
     "MAX_RESULT_PARTS",
     "MAX_URL_CHARS",
@@ -176,7 +178,9 @@ class TextPart(BaseModel):
     model_config = _FROZEN
     kind: Literal["text"] = "text"
     text: str
-    citations: tuple[Citation, ...] = Field(default=(), max_length=MAX_CITATIONS)
+    citations: tuple[Citation, ...] = Field(
+        default=(), max_length=MAX_CITATIONS, exclude_if=lambda c: not c
+    )
 
 
 class ThinkingPart(BaseModel):

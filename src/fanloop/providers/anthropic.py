@@ -773,6 +773,7 @@ class _StreamParser:
         "_request_id",
         "_stop",
         "_stop_details",
+        "_tools",
         "_usage",
         "done",
     )
@@ -782,6 +783,7 @@ class _StreamParser:
         self._request_id = request_id
         self._max_blocks = provider.limits.max_blocks
         self._blocks: dict[int, _Block] = {}
+        self._tools: dict[str, str] = {}  # the server tools called, by call id
         self._usage: dict[str, Any] = {}
         self._stop: Any = None
         self._stop_details: Any = None
@@ -883,9 +885,14 @@ class _StreamParser:
             if block.type == "tool_use":
                 return ToolCallStarted(block.id, start["name"], index)
             if block.type in _SERVER_USE:
-                return _server_progress(start, "in_progress")
+                started = _server_progress(start, "in_progress")
+                if len(self._tools) < self._max_blocks:
+                    self._tools[started.call_id] = started.tool
+                return started
             if block.type.endswith("_tool_result"):
-                return _server_progress(start, "completed")
+                ended = _server_progress(start, "completed")
+                ended.tool = self._tools.get(ended.call_id, ended.tool)  # as its call said
+                return ended
             return None
         if kind == "message_delta":
             delta = obj.get("delta") or {}
