@@ -22,6 +22,7 @@ import pytest
 from provider_helpers import make_anthropic, make_openai, make_responses, request, stream_all
 
 from fanloop import Agent, Citation, TerminationReason
+from fanloop.errors import ResponseInvalid
 from fanloop.events import (
     CitationAdded,
     HostedToolProgress,
@@ -579,3 +580,20 @@ async def test_hosted_progress_detail_is_capped(server: FakeLLMServer) -> None:
     assert len(progress[0].detail["delta"]) == 4096
     assert progress[1].detail == {}
     assert final.origin is not None and final.origin.raw["output"][0]["code"] == code
+
+
+async def test_a_citations_delta_without_a_citation_is_invalid(server: FakeLLMServer) -> None:
+    start = {"type": "message_start", "message": {"id": "m", "model": "m", "usage": {}}}
+    block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}}
+    bad = {
+        "type": "content_block_delta",
+        "index": 0,
+        "delta": {"type": "citations_delta", "citation": "not an object"},
+    }
+    server.add(Hostile.raw(_sse(start, block, bad)))
+    provider = make_anthropic(server)
+    try:
+        with pytest.raises(ResponseInvalid, match="citations_delta"):
+            await stream_all(provider, request("q"))
+    finally:
+        await provider.aclose()

@@ -949,7 +949,8 @@ class _StreamParser:
             item.done = done
             return ended or None
         if kind == "response.output_text.done" or kind == "response.refusal.done":
-            item = self._items.get(self._index(obj))
+            at = obj.get("output_index")
+            item = self._items.get(at) if type(at) is int else None
             text = obj.get("refusal" if kind == "response.refusal.done" else "text")
             if item is not None and type(text) is str and len(item.ends) < self._max:
                 item.ends.append(len(text))
@@ -987,8 +988,8 @@ class _StreamParser:
     def _annotation(self, obj: dict[str, Any]) -> CitationAdded | None:
         """A citation streamed for a message's text (kept on the item, when the final
         response has no output to take it from)."""
-        index = self._index(obj)
-        item = self._items.get(index)
+        index: Any = obj.get("output_index")
+        item = self._items.get(index) if type(index) is int else None
         raw = obj.get("annotation")
         if item is None or len(item.annotations) >= MAX_CITATIONS:
             return None

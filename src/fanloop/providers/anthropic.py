@@ -849,11 +849,13 @@ class _StreamParser:
                 if block.type != "text":
                     raise Malformed("a citations_delta outside a text block")
                 raw = scrub_json(delta.get("citation")) if odd else delta.get("citation")
+                citation = anthropic_citation(raw)
+                if citation is None:
+                    raise Malformed("a citations_delta without a citation object")
                 block.citations.append(raw)
                 if len(block.citations) > MAX_CITATIONS:
                     return None  # kept for replay; the text part keeps the first ones
-                citation = anthropic_citation(raw)
-                return None if citation is None else CitationAdded(citation, block.index)
+                return CitationAdded(citation, block.index)
             return None
         if odd:
             obj = scrub_json(obj)
