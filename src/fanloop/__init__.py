@@ -16,6 +16,7 @@ from ._result import RunResult, TerminationReason
 from ._retry import RetryPolicy
 from ._settings import ModelSettings
 from .limits import Limits
+from .messages import Citation
 from .observers import (
     ConsoleObserver,
     ConversationContext,
@@ -57,6 +58,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "Agent",
+    "Citation",
     "ConsoleObserver",
     "ConversationContext",
     "ConversationSummary",

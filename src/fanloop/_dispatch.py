@@ -132,6 +132,17 @@ def build_table(observer: LoopObserver | None, hooks: Hooks | None) -> Table:
     return {kind: tuple(handlers) for kind, handlers in table.items()}
 
 
+_DELTA_KINDS = (
+    "text_delta",
+    "thinking_delta",
+    "tool_call_started",
+    "tool_call_delta",
+    "citation_added",
+    "hosted_tool_progress",
+)
+"""The events a streaming provider yields (made only when something consumes one)."""
+
+
 class Emitter:
     """Delivers a run's events: stamps lineage, calls the table, feeds the stream, and hands
     a sub-agent's events up to its parent's emitter."""
@@ -161,10 +172,7 @@ class Emitter:
         self._send = send
         self.parent = parent
         self._everything = send is not None or parent is not None or "*" in table
-        self.wants_deltas = self._everything or any(
-            k in table
-            for k in ("text_delta", "thinking_delta", "tool_call_started", "tool_call_delta")
-        )
+        self.wants_deltas = self._everything or any(k in table for k in _DELTA_KINDS)
 
     def wants(self, kind: str) -> bool:
         """Whether anything at all consumes events of ``kind`` (skip making unwanted ones)."""

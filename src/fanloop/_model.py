@@ -21,6 +21,7 @@ from .errors import (
     ResponseInvalid,
 )
 from .events import (
+    CitationAdded,
     ModelFailed,
     RequestStarted,
     RetryScheduled,
@@ -285,6 +286,8 @@ def make_invoker(provider: Any, idle_timeout: float | None = None) -> Invoker:
         for index, part in enumerate(response.content):
             if isinstance(part, TextPart) and part.text:
                 await emit(TextDelta(part.text))
+                for citation in part.citations:
+                    await emit(CitationAdded(citation, index))
             elif isinstance(part, ThinkingPart) and part.text:
                 await emit(ThinkingDelta(part.text, part.signature))
             elif isinstance(part, ToolCallPart):

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import TypeVar
 
 from ._approvals import PendingApproval
-from .messages import Message
+from .messages import Citation, Message
 from .providers._types import Usage
 
 __all__ = ["OutputT", "RunResult", "TerminationReason"]
@@ -122,6 +122,15 @@ class RunResult(BaseModel, Generic[OutputT]):
     def new_messages(self) -> tuple[Message, ...]:
         """The messages this run added to the conversation."""
         return self.messages[self.new_message_index :]
+
+    @property
+    def citations(self) -> tuple[Citation, ...]:
+        """The sources the final answer cites: the citations on the text of the last
+        assistant message this run added (``()`` when it has none)."""
+        for message in reversed(self.new_messages):
+            if message.role == "assistant":
+                return message.citations
+        return ()
 
     def __str__(self) -> str:
         return self.text

@@ -6,8 +6,8 @@ has ``kind == "text_delta"`` and its chunk in ``.text``) and two lineage fields:
 the names from the root agent down to the agent that emitted it, and ``parent_call_id``, the id
 of the tool call that delegated to that agent (``None`` at the root).
 
-The first four kinds (text, thinking and tool-call deltas) are also what a streaming provider
-yields before its final :class:`~fanloop.providers.ModelResponse`.
+The first six kinds (text, thinking and tool-call deltas, citations, hosted-tool progress) are
+also what a streaming provider yields before its final :class:`~fanloop.providers.ModelResponse`.
 
 Events are plain slotted dataclasses: cheap to make, one per streamed delta. ``to_dict()``
 gives a JSON-ready form.
@@ -19,7 +19,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
 
-from .messages import Message, ToolCallPart, ToolResultPart
+from .messages import Citation, Message, ToolCallPart, ToolResultPart
 
 if TYPE_CHECKING:
     from ._result import RunResult
@@ -30,11 +30,13 @@ __all__ = [
     "ApprovalResolved",
     "BudgetKind",
     "BudgetWarning",
+    "CitationAdded",
     "CompactionFinished",
     "CompactionStarted",
     "ContextCritical",
     "ContextUsage",
     "Event",
+    "HostedToolProgress",
     "MessageAppended",
     "ModelFailed",
     "OutputPartial",
@@ -134,7 +136,51 @@ class ToolCallDelta(_Event):
     index: int = 0
 
 
-StreamDelta: TypeAlias = TextDelta | ThinkingDelta | ToolCallStarted | ToolCallDelta
+@dataclass(slots=True)
+class CitationAdded(_Event):
+    """The model cited a source for the text it is writing.
+
+    ``citation`` is also kept on the finished text part (``TextPart.citations``);
+    ``index`` is the part's place in the turn's content as the provider numbers it
+    (Anthropic's content block, the Responses API's output item; 0 on Chat Completions).
+    """
+
+    kind: ClassVar[Literal["citation_added"]] = "citation_added"
+    citation: Citation
+    index: int = 0
+
+
+MAX_PROGRESS_DETAIL = 8
+"""The most fields of a :class:`HostedToolProgress` ``detail``."""
+MAX_PROGRESS_CHARS = 4096
+"""The longest string in a :class:`HostedToolProgress` ``detail`` (longer ones are cut)."""
+
+
+@dataclass(slots=True)
+class HostedToolProgress(_Event):
+    """A tool the provider runs on its side (web search, file search, code interpreter,
+    MCP, image generation, Anthropic's server tools) moved on.
+
+    ``tool`` is the tool's kind (``"web_search"``, ``"file_search"``, ``"code_interpreter"``,
+    ``"mcp"``, ``"image_generation"``, or an Anthropic server tool's name such as
+    ``"web_fetch"``); ``call_id`` the provider's id of the call (its output item or block);
+    ``status`` what happened, from the provider's event (``"in_progress"``, ``"searching"``,
+    ``"interpreting"``, ``"code_delta"``, ``"arguments_delta"``, ``"completed"``,
+    ``"failed"``...). ``detail`` holds a few small values the event carried (a code or
+    arguments delta, a search query), strings cut to :data:`MAX_PROGRESS_CHARS`. The call
+    and its result stay in the turn (``origin``) and go back with the conversation.
+    """
+
+    kind: ClassVar[Literal["hosted_tool_progress"]] = "hosted_tool_progress"
+    tool: str
+    call_id: str
+    status: str
+    detail: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+StreamDelta: TypeAlias = (
+    TextDelta | ThinkingDelta | ToolCallStarted | ToolCallDelta | CitationAdded | HostedToolProgress
+)
 
 
 @dataclass(slots=True)
@@ -411,6 +457,8 @@ Event: TypeAlias = (
     | ThinkingDelta
     | ToolCallStarted
     | ToolCallDelta
+    | CitationAdded
+    | HostedToolProgress
     | OutputPartial
     | RunStarted
     | RunFinished

@@ -29,9 +29,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 __all__ = [
     "IMAGE_MEDIA_TYPES",
     "INVALID_ARGUMENTS_KEY",
+    "MAX_CITATIONS",
+    "MAX_CITATION_CHARS",
     "MAX_PART_BYTES",
     "MAX_RESULT_PARTS",
     "MAX_URL_CHARS",
+    "Citation",
     "DocumentPart",
     "ImagePart",
     "MediaPart",
@@ -86,12 +89,98 @@ def _all_fields(cls: type[BaseModel]) -> set[str] | None:
     return set(cls.model_fields) if cls.model_config.get("frozen") else None
 
 
+MAX_CITATIONS = 256
+"""The most citations one text part keeps; a provider keeps the first ones a server sends."""
+MAX_CITATION_CHARS = 8192
+"""The longest string field of a :class:`Citation` (a server's longer value is cut)."""
+_MAX_CITATION_KEYS = 32
+_MAX_OFFSET = 2**31 - 1
+
+
+class Citation(BaseModel):
+    """A source the model cited for the text part it is kept on (``TextPart.citations``).
+
+    ``type`` is the provider's own kind: Anthropic's ``char_location``, ``page_location``,
+    ``content_block_location``, ``web_search_result_location``, ``search_result_location``;
+    OpenAI's ``url_citation``, ``file_citation``, ``container_file_citation``, ``file_path``.
+    The other fields are filled where the provider gives them. ``start_index`` and
+    ``end_index`` are offsets into the text part's text (OpenAI's annotations); an Anthropic
+    citation supports its whole text block, and its place in the cited document (characters,
+    pages, blocks) is in ``raw``. ``raw`` is the provider's own object, sent back with the
+    turn when the conversation goes to the same API.
+
+    ::
+
+        for citation in result.citations:
+            print(citation.type, citation.url or citation.document_title, citation.cited_text)
+    """
+
+    model_config = _FROZEN
+    type: str = Field(max_length=64)
+    url: str | None = Field(default=None, max_length=MAX_CITATION_CHARS)
+    title: str | None = Field(default=None, max_length=MAX_CITATION_CHARS)
+    cited_text: str | None = Field(default=None, max_length=MAX_CITATION_CHARS)
+    start_index: int | None = Field(default=None, ge=0, le=_MAX_OFFSET)
+    end_index: int | None = Field(default=None, ge=0, le=_MAX_OFFSET)
+    document_index: int | None = Field(default=None, ge=0, le=_MAX_OFFSET)
+    document_title: str | None = Field(default=None, max_length=MAX_CITATION_CHARS)
+    file_id: str | None = Field(default=None, max_length=MAX_CITATION_CHARS)
+    filename: str | None = Field(default=None, max_length=MAX_CITATION_CHARS)
+    raw: dict[str, Any] | None = None
+
+    @field_validator("raw")
+    @classmethod
+    def _flat(cls, raw: dict[str, Any] | None) -> dict[str, Any] | None:
+        if raw is not None and flat_citation(raw) is not raw:
+            raise ValueError(
+                f"a citation's raw object holds at most {_MAX_CITATION_KEYS} fields of "
+                f"strings (at most {MAX_CITATION_CHARS} characters), numbers, booleans or null"
+            )
+        return raw
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def flat_citation(raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` itself when it is a small flat JSON object (every citation the providers
+    document is one), else a copy keeping only its first small scalar fields.
+
+    Never recurses into what a server sent: nested values are dropped, not walked.
+    """
+    if len(raw) <= _MAX_CITATION_KEYS and all(
+        type(k) is str
+        and type(v) in _SCALARS
+        and (type(v) is not str or len(v) <= MAX_CITATION_CHARS)
+        for k, v in raw.items()
+    ):
+        return raw
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        if len(out) >= _MAX_CITATION_KEYS:
+            break
+        if (
+            type(key) is str
+            and type(value) in _SCALARS
+            and (type(value) is not str or len(value) <= MAX_CITATION_CHARS)
+        ):
+            out[key] = value
+    return out
+
+
 class TextPart(BaseModel):
-    """Plain text from the user or the model."""
+    """Plain text from the user or the model.
+
+    ``citations`` holds the sources the model cited for this text (at most
+    :data:`MAX_CITATIONS`), in the order they came.
+    """
 
     model_config = _FROZEN
     kind: Literal["text"] = "text"
     text: str
+    citations: tuple[Citation, ...] = Field(
+        default=(), max_length=MAX_CITATIONS, exclude_if=lambda c: not c
+    )
 
 
 class ThinkingPart(BaseModel):
@@ -430,7 +519,7 @@ class Message(BaseModel):
             cls,
             {
                 "role": "user",
-                "content": (_build(TextPart, {"kind": "text", "text": text}),),
+                "content": (_build(TextPart, {"kind": "text", "text": text, "citations": ()}),),
                 "origin": None,
             },
         )
@@ -452,6 +541,11 @@ class Message(BaseModel):
     def text(self) -> str:
         """The concatenated text parts."""
         return "".join(p.text for p in self.content if isinstance(p, TextPart))
+
+    @property
+    def citations(self) -> tuple[Citation, ...]:
+        """The citations of the text parts, in order."""
+        return tuple(c for p in self.content if isinstance(p, TextPart) for c in p.citations)
 
     @property
     def tool_calls(self) -> tuple[ToolCallPart, ...]:

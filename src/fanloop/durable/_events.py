@@ -53,7 +53,15 @@ DONE_WAIT = 5.0
 
 NOT_STREAMED = frozenset({"request_started"})
 DELTAS = frozenset(
-    {"text_delta", "thinking_delta", "tool_call_started", "tool_call_delta", "output_partial"}
+    {
+        "text_delta",
+        "thinking_delta",
+        "tool_call_started",
+        "tool_call_delta",
+        "citation_added",
+        "hosted_tool_progress",
+        "output_partial",
+    }
 )
 SETTLED_BY = frozenset({"response_completed", "retry_scheduled", "model_failed"})
 """Events after which the deltas before them are settled (kept or already discarded)."""

@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio
 
-from ..events import TextDelta, ThinkingDelta, ToolCallDelta, ToolCallStarted
+from ..events import CitationAdded, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallStarted
 from ..messages import TextPart, ThinkingPart, ToolCallPart
 from ..providers._types import ModelRequest, ModelResponse
 from ._gate import PacedStream, Pacer
@@ -98,6 +98,8 @@ class PacedProvider:
         for index, part in enumerate(response.content):
             if isinstance(part, TextPart) and part.text:
                 yield TextDelta(part.text)
+                for citation in part.citations:
+                    yield CitationAdded(citation, index)
             elif isinstance(part, ThinkingPart) and part.text:
                 yield ThinkingDelta(part.text, part.signature)
             elif isinstance(part, ToolCallPart):

@@ -12,7 +12,15 @@ APIs themselves and import a vendor SDK only when given an SDK client (``client=
 from typing import TYPE_CHECKING, Any
 
 from .._settings import ModelSettings
-from ..events import StreamDelta, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallStarted
+from ..events import (
+    CitationAdded,
+    HostedToolProgress,
+    StreamDelta,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+    ToolCallStarted,
+)
 from ._resolve import from_env, resolve_provider
 from ._types import (
     HostedTool,
@@ -29,8 +37,10 @@ if TYPE_CHECKING:
     from .fallback import FallbackProvider
 
 __all__ = [
+    "CitationAdded",
     "FallbackProvider",
     "HostedTool",
+    "HostedToolProgress",
     "ModelRequest",
     "ModelResponse",
     "ModelSettings",

@@ -35,9 +35,18 @@ import httpx2
 
 from .._unicode import Joiner, may_escape_surrogates, scrub_json
 from ..errors import ConfigurationError, ResponseInvalid, StreamIncomplete
-from ..events import StreamDelta, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallStarted
+from ..events import (
+    CitationAdded,
+    StreamDelta,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+    ToolCallStarted,
+)
 from ..messages import (
     INVALID_ARGUMENTS_KEY,
+    MAX_CITATIONS,
+    Citation,
     DocumentPart,
     ImagePart,
     Message,
@@ -50,6 +59,7 @@ from ..messages import (
     media_base64,
 )
 from ._azure import AzureTokenProvider, azure_provider
+from ._citations import progress, responses_citation, responses_wire
 from ._endpoint import from_sdk_client, openai_endpoint, openai_sdk_errors
 from ._http import (
     DEFAULT_MAX_BLOCKS,
@@ -523,7 +533,11 @@ def _render_assistant(message: Message) -> str:
     out: list[str] = []
     for part in message.content:
         if isinstance(part, TextPart):
-            if part.text:
+            annotations = [a for c in part.citations if (a := responses_wire(c)) is not None]
+            if annotations:
+                text = {"type": "output_text", "text": part.text, "annotations": annotations}
+                out.append(dumps({"role": "assistant", "content": [text]}))
+            elif part.text:
                 out.append(dumps({"role": "assistant", "content": part.text}))
         elif isinstance(part, ToolCallPart):
             raw = part.arguments.get(INVALID_ARGUMENTS_KEY)
@@ -561,7 +575,9 @@ def _parts(items: list[Any]) -> tuple[Part, ...]:
         if kind == "message":
             text = _message_text(item)
             if text:
-                parts.append(TextPart.model_construct(text=text))
+                parts.append(
+                    TextPart.model_construct(text=text, citations=_message_citations(item))
+                )
         elif kind == "function_call":
             arguments = item.get("arguments")
             parts.append(
@@ -604,6 +620,32 @@ def _message_text(item: dict[str, Any]) -> str:
             if type(text) is str:
                 out.append(text)
     return "".join(out)
+
+
+def _message_citations(item: dict[str, Any]) -> tuple[Citation, ...]:
+    """The annotations of a message's ``output_text`` parts, their offsets moved to count
+    from the start of the message's whole text (the first :data:`MAX_CITATIONS`)."""
+    content = item.get("content")
+    out: list[Citation] = []
+    if type(content) is not list:
+        return ()
+    shift = 0
+    for part in content:
+        if type(part) is not dict:
+            continue
+        kind = part.get("type")
+        text = part.get("refusal") if kind == "refusal" else part.get("text")
+        annotations = part.get("annotations") if kind == "output_text" else None
+        if type(annotations) is list:
+            for raw in annotations:
+                if len(out) >= MAX_CITATIONS:
+                    return tuple(out)
+                citation = responses_citation(raw, shift)
+                if citation is not None:
+                    out.append(citation)
+        if kind in ("output_text", "refusal") and type(text) is str:
+            shift += len(text)
+    return tuple(out)
 
 
 def _refusal(item: dict[str, Any]) -> str:
@@ -780,12 +822,23 @@ def _response(
 class _Item:
     """One output item being streamed."""
 
-    __slots__ = ("arguments", "call_id", "chunks", "done", "start", "summary")
+    __slots__ = (
+        "annotations",
+        "arguments",
+        "call_id",
+        "chunks",
+        "done",
+        "ends",
+        "start",
+        "summary",
+    )
 
     def __init__(self, start: dict[str, Any]) -> None:
         self.start = start
         self.call_id = ""
         self.chunks: list[str] = []
+        self.annotations: list[Any] = []  # a message's, as streamed (the first ones)
+        self.ends: list[int] = []  # the lengths of a message's finished text parts
         self.summary = -1  # the summary part being streamed
         self.done: dict[str, Any] | None = None
         self.arguments: _Block | None = None  # a call's, once a delta needed joining
@@ -799,7 +852,10 @@ class _Item:
         if kind == "function_call" and self.chunks:
             item["arguments"] = "".join(self.chunks)
         elif kind == "message" and self.chunks:
-            item["content"] = [{"type": "output_text", "text": "".join(self.chunks)}]
+            text: dict[str, Any] = {"type": "output_text", "text": "".join(self.chunks)}
+            if self.annotations:
+                text["annotations"] = self.annotations
+            item["content"] = [text]
         return item
 
 
@@ -839,6 +895,23 @@ _QUIET = frozenset(
         "response.reasoning_text.done",
     }
 )
+
+
+# Hosted-tool progress events, by the event type before its last dot: the tool's kind and
+# what goes before the status (``response.code_interpreter_call_code.delta``: "code_delta").
+_PROGRESS: dict[str, tuple[str, str]] = {
+    "response.web_search_call": ("web_search", ""),
+    "response.file_search_call": ("file_search", ""),
+    "response.code_interpreter_call": ("code_interpreter", ""),
+    "response.code_interpreter_call_code": ("code_interpreter", "code_"),
+    "response.image_generation_call": ("image_generation", ""),
+    "response.mcp_call": ("mcp", ""),
+    "response.mcp_call_arguments": ("mcp", "arguments_"),
+    "response.mcp_list_tools": ("mcp", "list_tools_"),
+}
+# The small values a progress event may carry into HostedToolProgress.detail (not the
+# base64 of a partial image: its index says enough).
+_DETAIL = ("delta", "code", "arguments", "partial_image_index", "query")
 
 
 class _StreamParser:
@@ -918,8 +991,16 @@ class _StreamParser:
                 return (*ended, started) if started is not None else ended
             item.done = done
             return ended or None
+        if kind == "response.output_text.done" or kind == "response.refusal.done":
+            at = obj.get("output_index")
+            item = self._items.get(at) if type(at) is int else None
+            text = obj.get("refusal" if kind == "response.refusal.done" else "text")
+            if item is not None and type(text) is str and len(item.ends) < self._max:
+                item.ends.append(len(text))
         if kind in _QUIET:
             return (self._ended(obj) or None) if self._holding else None
+        if kind == "response.output_text.annotation.added":
+            return self._annotation(obj)
         if kind == "response.completed" or kind == "response.incomplete":
             final = obj["response"]
             if type(final) is not dict:
@@ -939,7 +1020,29 @@ class _StreamParser:
             raise stream_error(
                 obj, provider=self._provider.name, request_id=self._request_id, size=len(data)
             )
-        return None  # hosted-tool progress, annotations, and event types newer than this code
+        if type(kind) is str:
+            head, _, status = kind.rpartition(".")
+            tool = _PROGRESS.get(head)
+            if tool is not None:
+                name, prefix = tool
+                return progress(name, obj.get("item_id"), prefix + status, obj, _DETAIL)
+        return None  # event types newer than this code
+
+    def _annotation(self, obj: dict[str, Any]) -> CitationAdded | None:
+        """A citation streamed for a message's text (kept on the item, when the final
+        response has no output to take it from)."""
+        index: Any = obj.get("output_index")
+        item = self._items.get(index) if type(index) is int else None
+        raw = obj.get("annotation")
+        if item is None or len(item.annotations) >= MAX_CITATIONS:
+            return None
+        part = obj.get("content_index")
+        shift = sum(item.ends[:part]) if type(part) is int and part > 0 else 0
+        citation = responses_citation(raw, shift)
+        if citation is None:
+            return None
+        item.annotations.append(raw)
+        return CitationAdded(citation, index)
 
     def _index(self, obj: dict[str, Any]) -> int:
         index = obj["output_index"]

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from .._settings import ModelSettings
-from ..messages import Message, Origin, Part, TextPart, ThinkingPart, ToolCallPart, _build
+from ..messages import Citation, Message, Origin, Part, TextPart, ThinkingPart, ToolCallPart, _build
 
 __all__ = [
     "HostedTool",
@@ -172,6 +172,11 @@ class ModelResponse(BaseModel):
     def text(self) -> str:
         """The concatenated text parts."""
         return "".join(p.text for p in self.content if isinstance(p, TextPart))
+
+    @property
+    def citations(self) -> tuple[Citation, ...]:
+        """The citations of the text parts, in order."""
+        return tuple(c for p in self.content if isinstance(p, TextPart) for c in p.citations)
 
     @property
     def thinking(self) -> str:

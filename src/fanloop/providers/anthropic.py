@@ -26,9 +26,18 @@ import httpx2
 
 from .._unicode import Joiner, may_escape_surrogates, scrub, scrub_json
 from ..errors import ConfigurationError, ResponseInvalid, StreamIncomplete
-from ..events import StreamDelta, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallStarted
+from ..events import (
+    CitationAdded,
+    HostedToolProgress,
+    StreamDelta,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+    ToolCallStarted,
+)
 from ..messages import (
     INVALID_ARGUMENTS_KEY,
+    MAX_CITATIONS,
     DocumentPart,
     ImagePart,
     Message,
@@ -40,6 +49,7 @@ from ..messages import (
     ToolResultPart,
     media_base64,
 )
+from ._citations import ANTHROPIC_TYPES, anthropic_citation, anthropic_citations, progress
 from ._endpoint import anthropic_endpoint, from_sdk_client
 from ._eventstream import EventStreamDecoder
 from ._http import (
@@ -359,7 +369,11 @@ class AnthropicProvider(HTTPProvider):
         for part in message.content:
             if part.kind == "text":
                 if part.text:
-                    content.append({"type": "text", "text": part.text})
+                    text_block: dict[str, Any] = {"type": "text", "text": part.text}
+                    cited = [c.raw for c in part.citations if c.type in ANTHROPIC_TYPES and c.raw]
+                    if cited:
+                        text_block["citations"] = cited
+                    content.append(text_block)
             elif part.kind == "tool_result":
                 if part.parts:
                     content.append(_tool_result_pieces(part))
@@ -543,7 +557,12 @@ def _parts(blocks: list[Any]) -> tuple[Part, ...]:
             continue
         kind = block.get("type")
         if kind == "text":
-            parts.append(TextPart.model_construct(text=block.get("text", "")))
+            parts.append(
+                TextPart.model_construct(
+                    text=block.get("text", ""),
+                    citations=anthropic_citations(block.get("citations")),
+                )
+            )
         elif kind == "tool_use":
             arguments = block.get("input")
             parts.append(
@@ -759,6 +778,36 @@ class _Block:
         return _clean_block(start)
 
 
+_SERVER_USE = frozenset({"server_tool_use", "mcp_tool_use"})
+
+
+def _server_progress(block: dict[str, Any], status: str) -> HostedToolProgress:
+    """The progress of a server tool: its call started (``in_progress``), its input was
+    complete (``input_complete``, with the input's small values: a search's ``query``, a
+    fetch's ``url``...), or its result block came (``completed``, ``failed`` for an error)."""
+    kind = block.get("type")
+    if kind in _SERVER_USE:
+        name = block.get("name")
+        tool = "mcp" if kind == "mcp_tool_use" else name if type(name) is str else ""
+        call_id = block.get("id")
+        source = block.get("input")
+        keys: tuple[str, ...] = ("query", "url", "command", "code")
+        if kind == "mcp_tool_use":
+            source, keys = block, ("name", "server_name")
+        return progress(tool, call_id, status, source if type(source) is dict else {}, keys)
+    tool = kind[: -len("_tool_result")] if type(kind) is str else ""
+    if tool.startswith("mcp"):
+        tool = "mcp"
+    content = block.get("content")
+    error = type(content) is dict and str(content.get("type", "")).endswith("error")
+    if block.get("is_error") is True:
+        error = True
+    source = content if error and type(content) is dict else {}
+    return progress(
+        tool, block.get("tool_use_id"), "failed" if error else status, source, ("error_code",)
+    )
+
+
 class _StreamParser:
     """Decodes the Messages API event stream of one response."""
 
@@ -771,6 +820,7 @@ class _StreamParser:
         "_request_id",
         "_stop",
         "_stop_details",
+        "_tools",
         "_usage",
         "done",
     )
@@ -780,6 +830,7 @@ class _StreamParser:
         self._request_id = request_id
         self._max_blocks = provider.limits.max_blocks
         self._blocks: dict[int, _Block] = {}
+        self._tools: dict[str, str] = {}  # the server tools called, by call id
         self._usage: dict[str, Any] = {}
         self._stop: Any = None
         self._stop_details: Any = None
@@ -858,16 +909,27 @@ class _StreamParser:
             if dtype == "citations_delta":
                 if block.type != "text":
                     raise Malformed("a citations_delta outside a text block")
-                block.citations.append(
-                    scrub_json(delta.get("citation")) if odd else delta.get("citation")
-                )
+                raw = scrub_json(delta.get("citation")) if odd else delta.get("citation")
+                citation = anthropic_citation(raw)
+                if citation is None:
+                    raise Malformed("a citations_delta without a citation object")
+                block.citations.append(raw)
+                if len(block.citations) > MAX_CITATIONS:
+                    return None  # kept for replay; the text part keeps the first ones
+                return CitationAdded(citation, block.index)
             return None
         if odd:
             obj = scrub_json(obj)
         if kind == "content_block_stop":
             index = obj.get("index")
             block = self._blocks.get(index) if type(index) is int else None
-            return None if block is None else block.flush()
+            if block is None:
+                return None
+            if block.type in _SERVER_USE:
+                rest = block.flush()
+                done = _server_progress(block.finish(), "input_complete")
+                return done if rest is None else (rest, done)
+            return block.flush()
         if kind == "content_block_start":
             index = obj["index"]
             start = obj["content_block"]
@@ -885,6 +947,15 @@ class _StreamParser:
             block = blocks[index] = _Block(index, start)
             if block.type == "tool_use":
                 return ToolCallStarted(block.id, start["name"], index)
+            if block.type in _SERVER_USE:
+                started = _server_progress(start, "in_progress")
+                if len(self._tools) < self._max_blocks:
+                    self._tools[started.call_id] = started.tool
+                return started
+            if block.type.endswith("_tool_result"):
+                ended = _server_progress(start, "completed")
+                ended.tool = self._tools.get(ended.call_id, ended.tool)  # as its call said
+                return ended
             return None
         if kind == "message_delta":
             delta = obj.get("delta") or {}

@@ -26,9 +26,18 @@ import httpx2
 
 from .._unicode import Joiner, may_escape_surrogates, scrub, scrub_json
 from ..errors import ConfigurationError, ResponseInvalid, StreamIncomplete
-from ..events import StreamDelta, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallStarted
+from ..events import (
+    CitationAdded,
+    StreamDelta,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+    ToolCallStarted,
+)
 from ..messages import (
     INVALID_ARGUMENTS_KEY,
+    MAX_CITATIONS,
+    Citation,
     DocumentPart,
     ImagePart,
     Message,
@@ -40,6 +49,7 @@ from ..messages import (
     media_base64,
 )
 from ._azure import AzureTokenProvider, azure_provider
+from ._citations import chat_citation
 from ._endpoint import from_sdk_client, openai_endpoint, openai_sdk_errors
 from ._http import (
     DEFAULT_MAX_BLOCKS,
@@ -545,6 +555,7 @@ class OpenAIProvider(HTTPProvider):
             data.get("id"),
             data.get("model"),
             request_id,
+            citations=_annotations(message.get("annotations"), []),
         )
 
     def _parser(self, request_id: str | None) -> _StreamParser:
@@ -786,6 +797,25 @@ def _reasoning(holder: dict[str, Any]) -> str:
     return value if type(value) is str else ""
 
 
+def _annotations(raw: Any, seen: list[Any]) -> tuple[Citation, ...]:
+    """The new citations among a message's (or delta's) ``annotations``; ``seen`` holds
+    those already read, so a server that repeats them in later chunks adds each once (at
+    most :data:`~fanloop.messages.MAX_CITATIONS` in all)."""
+    if type(raw) is not list:
+        return ()
+    out = []
+    for item in raw:
+        if len(seen) >= MAX_CITATIONS:
+            break
+        if item in seen:
+            continue
+        citation = chat_citation(item)
+        if citation is not None:
+            seen.append(item)
+            out.append(citation)
+    return tuple(out)
+
+
 def _finish(raw: Any) -> str | None:
     if raw is None:
         return raw
@@ -806,10 +836,12 @@ def _response(
     response_id: Any,
     model: Any,
     request_id: str | None,
+    *,
+    citations: tuple[Citation, ...] = (),
 ) -> ModelResponse:
     parts = thinking
     if text or refusal:
-        parts.append(TextPart.model_construct(text=text + refusal))
+        parts.append(TextPart.model_construct(text=text + refusal, citations=citations))
     for call_id, name, arguments, _ in calls:
         parts.append(
             ToolCallPart.model_construct(
@@ -947,6 +979,8 @@ class _StreamParser:
 
     __slots__ = (
         "_calls",
+        "_citations",
+        "_cited",
         "_details",
         "_finish",
         "_held",
@@ -977,6 +1011,8 @@ class _StreamParser:
         self._held = False  # whether any joiner holds something back
         self._calls: dict[int, _Call] = {}
         self._details: _Details | None = None
+        self._cited: list[Any] = []  # the annotations read (a server may repeat them)
+        self._citations: list[Citation] = []
         self._finish: Any = None
         self._usage: Any = None
         self._id: Any = None
@@ -1028,6 +1064,7 @@ class _StreamParser:
             and not details
             and type(content) is str
             and not (odd or self._held)
+            and "annotations" not in delta
         ):
             self._text.append(content)
             return TextDelta(content)
@@ -1058,6 +1095,13 @@ class _StreamParser:
             self._refusal.append(refusal)
         if tool_calls:
             self._tool_calls(tool_calls, out, odd)
+        annotations = delta.get("annotations")
+        if annotations:
+            for citation in _annotations(
+                scrub_json(annotations) if odd else annotations, self._cited
+            ):
+                self._citations.append(citation)
+                out.append(CitationAdded(citation))
         return tuple(out)
 
     def _join(self, which: int, text: str) -> str:
@@ -1171,6 +1215,7 @@ class _StreamParser:
             self._id,
             self._model,
             self._request_id,
+            citations=tuple(self._citations),
         )
 
 

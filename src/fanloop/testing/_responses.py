@@ -6,7 +6,11 @@ thinking → a ``reasoning`` item (its text as one summary, an opaque ``encrypte
 the part's ``signature`` when set, else ``enc-fake-<request id>-<index>``), text → a
 ``message`` item (a ``refusal`` part for a scripted refusal), tool calls → ``function_call``
 items. A turn that carries Responses output items in its ``origin`` (one this provider
-received) is played with those items as they are.
+received) is played with those items as they are: that is how a test scripts hosted tools
+(``web_search_call``, ``file_search_call``, ``code_interpreter_call``,
+``image_generation_call``, ``mcp_call``, ``mcp_list_tools`` items), each streamed with the
+API's progress events. A text part's citations become its ``output_text`` annotations,
+streamed as ``response.output_text.annotation.added``.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any
 
 from ..messages import INVALID_ARGUMENTS_KEY, TextPart, ThinkingPart, ToolCallPart
 from ..providers._types import ModelResponse, StopReason, Usage
+from ._citations import responses_annotation
 
 __all__ = ["error_frame", "response_events", "response_object"]
 
@@ -73,17 +78,22 @@ def output_items(response: ModelResponse, request_id: str) -> list[dict[str, Any
                 }
             )
         elif isinstance(part, TextPart) and part.text and not refused:
-            items.append(_message(f"msg_{request_id}_{index}", part.text, refusal=False))
+            annotations = [responses_annotation(c, part.text) for c in part.citations]
+            items.append(
+                _message(f"msg_{request_id}_{index}", part.text, refusal=False, notes=annotations)
+            )
     if refused:
         items.append(_message(f"msg_{request_id}_refusal", texts[0].text, refusal=True))
     return items
 
 
-def _message(item_id: str, text: str, *, refusal: bool) -> dict[str, Any]:
+def _message(
+    item_id: str, text: str, *, refusal: bool, notes: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     part: dict[str, Any] = (
         {"type": "refusal", "refusal": text}
         if refusal
-        else {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+        else {"type": "output_text", "text": text, "annotations": notes or [], "logprobs": []}
     )
     return {
         "type": "message",
@@ -234,6 +244,15 @@ def _item_events(out: _Events, index: int, item: dict[str, Any], size: int) -> N
             extra: dict[str, Any] = {} if refusal else {"logprobs": []}
             for piece in _chunks(text, size):
                 out.add({"type": delta_kind, **at, "delta": piece, **extra}, delta=True)
+            for number_, note in enumerate(part.get("annotations") or ()):
+                out.add(
+                    {
+                        "type": "response.output_text.annotation.added",
+                        **at,
+                        "annotation_index": number_,
+                        "annotation": note,
+                    }
+                )
             done_kind = "response.refusal.done" if refusal else "response.output_text.done"
             out.add({"type": done_kind, **at, field: text, **extra})
             out.add({"type": "response.content_part.done", **at, "part": part})
@@ -252,9 +271,53 @@ def _item_events(out: _Events, index: int, item: dict[str, Any], size: int) -> N
                 delta=True,
             )
         out.add({"type": "response.function_call_arguments.done", **where, "arguments": arguments})
+    elif kind in _PROGRESS:
+        _progress_events(out, index, item, kind)
     else:
         out.add({"type": "response.output_item.added", "output_index": index, "item": item})
     out.add({"type": "response.output_item.done", "output_index": index, "item": item})
+
+
+# The progress events the API sends while a hosted tool runs, by output item type: the
+# event type's stem and its statuses between ``in_progress`` and ``completed``.
+_PROGRESS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "web_search_call": ("response.web_search_call", ("searching",)),
+    "file_search_call": ("response.file_search_call", ("searching",)),
+    "code_interpreter_call": ("response.code_interpreter_call", ("interpreting",)),
+    "image_generation_call": ("response.image_generation_call", ("generating",)),
+    "mcp_call": ("response.mcp_call", ()),
+    "mcp_list_tools": ("response.mcp_list_tools", ()),
+}
+
+
+def _progress_events(out: _Events, index: int, item: dict[str, Any], kind: str) -> None:
+    """A hosted tool's item as it streams: added (in progress), its progress events (a code
+    interpreter's code and an MCP call's arguments as deltas), completed (or failed)."""
+    stem, middle = _PROGRESS[kind]
+    where = {"item_id": item.get("id"), "output_index": index}
+    out.add(
+        {
+            "type": "response.output_item.added",
+            "output_index": index,
+            "item": {**item, "status": "in_progress"},
+        }
+    )
+    out.add({"type": f"{stem}.in_progress", **where})
+    code = item.get("code") if kind == "code_interpreter_call" else None
+    if isinstance(code, str):
+        code_stem = "response.code_interpreter_call_code"
+        out.add({"type": f"{code_stem}.delta", **where, "delta": code}, delta=True)
+        out.add({"type": f"{code_stem}.done", **where, "code": code})
+    arguments = item.get("arguments") if kind == "mcp_call" else None
+    if isinstance(arguments, str):
+        out.add(
+            {"type": "response.mcp_call_arguments.delta", **where, "delta": arguments}, delta=True
+        )
+        out.add({"type": "response.mcp_call_arguments.done", **where, "arguments": arguments})
+    for status in middle:
+        out.add({"type": f"{stem}.{status}", **where})
+    failed = item.get("status") == "failed" and kind in ("mcp_call", "mcp_list_tools")
+    out.add({"type": f"{stem}.{'failed' if failed else 'completed'}", **where})
 
 
 def error_frame(error_type: str, message: str) -> bytes:

@@ -6,7 +6,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from ..messages import Part, TextPart, ThinkingPart, ToolCallPart
+from ..messages import Citation, Part, TextPart, ThinkingPart, ToolCallPart
 from ..providers._types import ModelResponse, StopReason, Usage
 
 __all__ = ["Fault", "call", "reply"]
@@ -29,17 +29,20 @@ def reply(
     raw_stop_reason: str | None = None,
     stop_details: dict[str, Any] | None = None,
     model: str = "",
+    citations: tuple[Citation, ...] | list[Citation] = (),
 ) -> ModelResponse:
     """A scripted model turn.
 
     The stop reason defaults to ``TOOL_USE`` when there are tool calls, else ``END_TURN``.
-    Usage defaults to a rough count of characters / 4.
+    Usage defaults to a rough count of characters / 4. ``citations`` are kept on the text
+    (``TextPart.citations``); :class:`~fanloop.testing.FakeLLMServer` sends them in each
+    API's own form (a citation with a ``raw`` object sends that object).
     """
     parts: list[Part] = []
     if thinking is not None:
         parts.append(ThinkingPart(text=thinking, signature=signature))
     if text is not None:
-        parts.append(TextPart(text=text))
+        parts.append(TextPart(text=text, citations=tuple(citations)))
     parts.extend(tool_calls)
     if stop_reason is None:
         stop = StopReason.TOOL_USE if tool_calls else StopReason.END_TURN

@@ -12,7 +12,14 @@ from typing import Any, TypeAlias
 import anyio
 
 from ..errors import ScriptExhausted
-from ..events import StreamDelta, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallStarted
+from ..events import (
+    CitationAdded,
+    StreamDelta,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+    ToolCallStarted,
+)
 from ..messages import TextPart, ThinkingPart, ToolCallPart
 from ..providers._types import ModelRequest, ModelResponse
 
@@ -32,7 +39,8 @@ class ScriptedProvider:
     :class:`~fanloop.providers.ModelRequest` (sync or async) returning any of those. Pass a
     single function instead of a list to answer every request with it.
 
-    Streaming splits text, thinking and tool-call arguments into ``chunk_size``-character deltas,
+    Streaming splits text, thinking and tool-call arguments into ``chunk_size``-character deltas
+    (a text part's citations follow its text as :class:`~fanloop.events.CitationAdded`),
     sleeping ``delay`` seconds between them (and ``first_delay`` before the first); with
     ``stream=False`` the provider has only ``complete()``.
 
@@ -156,6 +164,8 @@ class ScriptedProvider:
                 for i in range(0, len(part.text), n):
                     await self._pause()
                     yield TextDelta(part.text[i : i + n])
+                for citation in part.citations:
+                    yield CitationAdded(citation, index)
             elif isinstance(part, ThinkingPart):
                 for i in range(0, len(part.text), n):
                     await self._pause()

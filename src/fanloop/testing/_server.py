@@ -33,6 +33,7 @@ from typing import Any, Literal, TypeAlias
 
 from ..messages import INVALID_ARGUMENTS_KEY, TextPart, ThinkingPart, ToolCallPart
 from ..providers._types import ModelResponse, StopReason, Usage
+from . import _citations as _cite
 from . import _cloud, _responses
 from ._faults import Hostile, RateLimit, RateLimitLog, play
 from ._script import Fault, reply
@@ -840,7 +841,10 @@ def _anthropic_blocks(response: ModelResponse) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     for index, part in enumerate(response.content):
         if isinstance(part, TextPart):
-            blocks.append({"type": "text", "text": part.text})
+            block: dict[str, Any] = {"type": "text", "text": part.text}
+            if part.citations:
+                block["citations"] = [_cite.anthropic_citation(c) for c in part.citations]
+            blocks.append(block)
         elif isinstance(part, ThinkingPart):
             if part.redacted is not None:
                 blocks.append({"type": "redacted_thinking", "data": part.redacted})
@@ -922,7 +926,11 @@ def _anthropic_events(response: ModelResponse, model: str, request_id: str, size
         )
         deltas: list[dict[str, Any]] = []
         if kind == "text":
-            deltas = [{"type": "text_delta", "text": c} for c in _chunks(block["text"], size)]
+            # As the API streams a cited passage: its citations first, then its text.
+            deltas = [
+                {"type": "citations_delta", "citation": c} for c in block.get("citations", ())
+            ]
+            deltas += [{"type": "text_delta", "text": c} for c in _chunks(block["text"], size)]
         elif kind == "thinking":
             deltas = [
                 {"type": "thinking_delta", "thinking": c} for c in _chunks(block["thinking"], size)
@@ -974,6 +982,16 @@ def _openai_refusal(response: ModelResponse) -> str | None:
     return None
 
 
+def _chat_annotations(response: ModelResponse) -> list[dict[str, Any]]:
+    text = response.text
+    return [
+        _cite.chat_annotation(c, text)
+        for p in response.content
+        if isinstance(p, TextPart)
+        for c in p.citations
+    ]
+
+
 def _openai_completion(response: ModelResponse, model: str, request_id: str) -> dict[str, Any]:
     refusal = _openai_refusal(response)
     message: dict[str, Any] = {
@@ -983,6 +1001,9 @@ def _openai_completion(response: ModelResponse, model: str, request_id: str) -> 
     }
     if response.thinking:
         message["reasoning_content"] = response.thinking
+    annotations = _chat_annotations(response)
+    if annotations:
+        message["annotations"] = annotations
     calls = response.tool_calls
     if calls:
         message["tool_calls"] = [
@@ -1032,6 +1053,9 @@ def _openai_chunks(response: ModelResponse, model: str, request_id: str, size: i
     elif response.text:
         for c in _chunks(response.text, size):
             out.add(chunk({"content": c}), delta=True)
+        # As OpenRouter streams them: each in a delta of its own, with no index.
+        for annotation in _chat_annotations(response):
+            out.add(chunk({"content": "", "annotations": [annotation]}))
     # Tool calls: a header per call, then argument pieces interleaved across calls.
     pending = [
         (i, c, deque(_chunks(_arguments_text(c), size))) for i, c in enumerate(response.tool_calls)

@@ -383,7 +383,7 @@ class FunctionTool(Tool):
                 "(tools=[add], not tools=['add'])"
             )
         self.fn = fn
-        self.name = name or getattr(fn, "__name__", "")
+        self.name = name or str(getattr(fn, "__name__", ""))
         if not _TOOL_NAME.fullmatch(self.name):
             hint = (
                 "a lambda has no name of its own: give one with tool(fn, name='...')"
