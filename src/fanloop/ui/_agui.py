@@ -127,23 +127,29 @@ class AGUIApp:
         await serve_sse(receive, send, self._frames(turn, meta, body))
 
     async def _frames(self, turn: Turn, meta: _Meta, body: Any) -> AsyncIterator[bytes]:
-        async for event in self.events_for(turn, meta, body):
-            yield sse_frame(event)
+        events = self.events_for(turn, meta, body)
+        try:
+            async for event in events:
+                yield sse_frame(event)
+        finally:
+            await events.aclose()
 
-    async def events(
+    def events(
         self, run_input: Mapping[str, Any] | str | bytes
     ) -> AsyncGenerator[dict[str, Any], None]:
-        """The AG-UI events (dicts) of one request, for any framework.
+        """The AG-UI events (dicts) of one request, for any framework. Close the generator
+        (``aclose()``) to cancel a run you stop reading.
 
         Raises:
-            RequestInvalid: ``run_input`` is malformed (before any event).
+            RequestInvalid: ``run_input`` is malformed (raised by this call).
         """
         body = loads(run_input) if isinstance(run_input, str | bytes) else run_input
         turn, meta = parse_input(body)
-        async for event in self.events_for(turn, meta, body):
-            yield event
+        return self.events_for(turn, meta, body)
 
-    async def events_for(self, turn: Turn, meta: _Meta, body: Any) -> AsyncIterator[dict[str, Any]]:
+    async def events_for(
+        self, turn: Turn, meta: _Meta, body: Any
+    ) -> AsyncGenerator[dict[str, Any], None]:
         """The events of a parsed request (see :meth:`events`)."""
         enc = _Encoder(meta, self.bridge.client_tool_names(turn), turn.client_results)
         yield enc.started()
