@@ -4,6 +4,7 @@ disconnects, slow clients, many clients. The protocol's own checks are in
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 import subprocess
@@ -311,3 +312,68 @@ async def test_five_hundred_concurrent_clients() -> None:
                     for i in range(n):
                         tg.start_soon(one, i)
     assert sorted(finished) == sorted(f"c{i}" for i in range(n))
+
+
+async def test_parallel_sub_agents_interleave_each_tagged_with_its_lineage() -> None:
+    def respond(request: ModelRequest) -> Any:
+        if "sub-agent" in (request.system or ""):
+            return "findings about " + request.messages[-1].text
+        if len(request.messages) == 1:
+            return reply(
+                tool_calls=[call("delegate", task="north"), call("delegate", task="south")]
+            )
+        return "Merged."
+
+    provider = ScriptedProvider(respond, chunk_size=2, delay=0.002)
+    with serve(AGUIApp(Agent(provider, delegation=True))) as url:
+        events = await post(url, run_input())
+    started = {e["subagentRunId"]: e for e in events if e["type"] == "SUBAGENT_STARTED"}
+    assert len(started) == 2
+    calls = {e["toolCallId"] for e in events if e["type"] == "TOOL_CALL_START"}
+    assert {s["parentToolCallId"] for s in started.values()} == calls
+    texts = {
+        sub: "".join(
+            e["delta"]
+            for e in events
+            if e["type"] == "TEXT_MESSAGE_CONTENT" and e.get("subagentRunId") == sub
+        )
+        for sub in started
+    }
+    assert sorted(texts.values()) == ["findings about north", "findings about south"]
+    order = [e.get("subagentRunId") for e in events if e["type"] == "TEXT_MESSAGE_CONTENT"]
+    switches = sum(1 for a, b in itertools.pairwise(order) if a != b)
+    assert switches >= 3, "the two sub-agents did not stream side by side"
+    finished = [e["subagentRunId"] for e in events if e["type"] == "SUBAGENT_FINISHED"]
+    assert sorted(finished) == sorted(started)
+
+
+async def test_a_provider_error_ends_the_stream_with_run_error() -> None:
+    from fanloop.errors import AuthenticationError
+
+    provider = ScriptedProvider([AuthenticationError("bad key", status_code=401)])
+    with serve(AGUIApp(Agent(provider))) as url:
+        events = await post(url, run_input())
+    assert [e["type"] for e in events] == [
+        "RUN_STARTED",
+        "STEP_STARTED",
+        "STEP_FINISHED",
+        "RUN_ERROR",
+    ]
+    assert events[-1]["code"] == "provider_error" and "bad key" in events[-1]["message"]
+
+
+async def test_a_thread_runs_one_request_at_a_time() -> None:
+    provider = ScriptedProvider(lambda request: "slow " * 200, chunk_size=5, delay=0.01)
+    with serve(AGUIApp(Agent(provider))) as url:
+        async with (
+            httpx2.AsyncClient(timeout=60) as client,
+            client.stream("POST", url, json=run_input("busy", "one")) as first,
+        ):
+            lines = first.aiter_lines()
+            async for line in lines:
+                if "TEXT_MESSAGE_CONTENT" in line:
+                    break
+            second = await post(url, run_input("busy", "two"))
+            rest = [line async for line in lines if line.startswith("data: ")]
+    assert second[-1]["type"] == "RUN_ERROR" and second[-1]["code"] == "session_busy"
+    assert json.loads(rest[-1][6:])["type"] == "RUN_FINISHED"
