@@ -377,3 +377,83 @@ async def test_a_thread_runs_one_request_at_a_time() -> None:
             rest = [line async for line in lines if line.startswith("data: ")]
     assert second[-1]["type"] == "RUN_ERROR" and second[-1]["code"] == "session_busy"
     assert json.loads(rest[-1][6:])["type"] == "RUN_FINISHED"
+
+
+async def test_without_ask_browser_the_agents_own_confirm_decides() -> None:
+    from _agui_child import delete_file
+
+    def confirm(name: str, preview: str) -> str:
+        return f"no {name} today"
+
+    script = [reply(tool_calls=[call("delete_file", path="x")]), "Understood."]
+    agent = Agent(ScriptedProvider(script), tools=[delete_file], confirm=confirm)
+    events = [e async for e in AGUIApp(agent, ask_browser=False).events(run_input())]
+    assert events[-1]["outcome"] == {"type": "success"}
+    result = next(e for e in events if e["type"] == "TOOL_CALL_RESULT")
+    assert result["content"] == "no delete_file today"
+
+
+async def test_client_tools_wait_for_the_client_even_with_auto_approve() -> None:
+    from _agui_child import delete_file
+
+    script = [
+        reply(tool_calls=[call("ask_user", q="sure?"), call("delete_file", path="x")]),
+        "Both done.",
+    ]
+    provider = ScriptedProvider(script)
+    app = AGUIApp(Agent(provider, tools=[delete_file], auto_approve=True), ask_browser=False)
+    tools = [{"name": "ask_user", "description": "Ask the user", "parameters": {"type": "object"}}]
+    first = [e async for e in app.events(run_input("c", "go", tools=tools))]
+    assert first[-1]["outcome"]["type"] == "success"
+    (pending,) = first[-1]["outcome"]["pendingToolCallIds"]
+    body = run_input("c", "go", tools=tools)
+    body["messages"] += [
+        {
+            "id": "a",
+            "role": "assistant",
+            "toolCalls": [
+                {
+                    "id": pending,
+                    "type": "function",
+                    "function": {"name": "ask_user", "arguments": "{}"},
+                }
+            ],
+        },
+        {"id": "r", "role": "tool", "toolCallId": pending, "content": "yes"},
+    ]
+    second = [e async for e in app.events(body)]
+    results = [e["content"] for e in second if e["type"] == "TOOL_CALL_RESULT"]
+    assert results == ["deleted x"]  # the client's own result is not echoed back
+    assert second[-1]["result"] == "Both done."
+    sent = provider.requests[-1].messages[-1].tool_results_parts
+    assert [p.content for p in sent] == ["yes", "deleted x"]
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "bad_json"),  # nesting past the parser's recursion
+        ('{"threadId": "t", "runId": "r", "messages": 5}', "bad_input"),
+        ('{"threadId": "t\\u0000", "runId": "r", "messages": []}', "bad_id"),
+        ('{"threadId": "t", "runId": "r", "messages": ["hi"]}', "bad_input"),
+        ('{"threadId": "t", "runId": "r", "messages": [{"role": "tool"}]}', "bad_input"),
+        (json.dumps({**run_input(), "tools": [{"name": "a"}, {"name": "a"}]}), "bad_tool"),
+        (
+            '{"threadId": "t", "runId": "r", "messages": [], "resume": [{"interruptId": 1}]}',
+            "bad_input",
+        ),
+    ],
+)
+def test_hostile_inputs_are_typed_errors(body: str, code: str) -> None:
+    app = AGUIApp(Agent(ScriptedProvider(["x"])))
+    with pytest.raises(RequestInvalid) as caught:
+        app.events(body)
+    assert caught.value.code == code
+
+
+async def test_a_request_over_the_message_cap_is_refused() -> None:
+    body = run_input()
+    body["messages"] = [{"id": str(i), "role": "user", "content": "x"} for i in range(2_001)]
+    with pytest.raises(RequestInvalid) as caught:
+        AGUIApp(Agent(ScriptedProvider(["x"]))).events(body)
+    assert caught.value.code == "too_large"
