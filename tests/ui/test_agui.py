@@ -457,3 +457,71 @@ async def test_a_request_over_the_message_cap_is_refused() -> None:
     with pytest.raises(RequestInvalid) as caught:
         AGUIApp(Agent(ScriptedProvider(["x"]))).events(body)
     assert caught.value.code == "too_large"
+
+
+async def test_images_in_a_user_message_reach_the_model() -> None:
+    import base64
+
+    from fanloop.messages import ImagePart
+
+    png = b"\x89PNG\r\n\x1a\n" + b"\x00" * 32
+    provider = ScriptedProvider(["A tiny image."])
+    body = run_input()
+    body["messages"] = [
+        {
+            "id": "m",
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "What is this?"},
+                {
+                    "type": "image",
+                    "source": {
+                        "type": "data",
+                        "value": base64.b64encode(png).decode(),
+                        "mimeType": "image/png",
+                    },
+                },
+            ],
+        }
+    ]
+    events = [e async for e in AGUIApp(Agent(provider)).events(body)]
+    assert events[-1]["result"] == "A tiny image."
+    sent = provider.requests[0].messages[0].content
+    assert sent[0].text == "What is this?"
+    assert isinstance(sent[1], ImagePart) and sent[1].data == png
+    bad = {
+        **body,
+        "messages": [
+            {
+                "id": "m",
+                "role": "user",
+                "content": [{"type": "image", "source": {"type": "data", "value": "not base64!"}}],
+            }
+        ],
+    }
+    with pytest.raises(RequestInvalid) as caught:
+        AGUIApp(Agent(provider)).events(bad)
+    assert caught.value.code == "bad_part"
+
+
+async def test_a_client_result_is_taken_even_when_the_tool_is_not_declared_again() -> None:
+    provider = ScriptedProvider([reply(tool_calls=[call("pick", n=1)]), "Got it."])
+    app = AGUIApp(Agent(provider))
+    tools = [{"name": "pick", "description": "Pick a number", "parameters": {"type": "object"}}]
+    first = [e async for e in app.events(run_input("p", "go", tools=tools))]
+    (pending,) = first[-1]["outcome"]["pendingToolCallIds"]
+    body = run_input("p", "go")  # no tools this time
+    body["messages"] += [
+        {
+            "id": "a",
+            "role": "assistant",
+            "toolCalls": [
+                {"id": pending, "type": "function", "function": {"name": "pick", "arguments": "{}"}}
+            ],
+        },
+        {"id": "r", "role": "tool", "toolCallId": pending, "content": "7"},
+    ]
+    second = [e async for e in app.events(body)]
+    assert not any(e["type"] == "TOOL_CALL_RESULT" for e in second)
+    assert second[-1]["result"] == "Got it."
+    assert provider.requests[-1].messages[-1].tool_results_parts[0].content == "7"
