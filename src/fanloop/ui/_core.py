@@ -60,11 +60,22 @@ PromptPart = str | ImagePart | DocumentPart
 __all__ = [
     "Bridge",
     "ClientTool",
+    "ClientToolSpec",
     "Lineage",
+    "PromptPart",
+    "Started",
     "Turn",
+    "answer_of",
+    "check_session_id",
+    "check_tool_name",
+    "loads",
+    "media_part",
     "read_body",
+    "send_json",
     "serve_sse",
     "sse_frame",
+    "text_of",
+    "user_message",
 ]
 
 MAX_TOOL_NAME = 64
