@@ -525,3 +525,12 @@ async def test_a_client_result_is_taken_even_when_the_tool_is_not_declared_again
     assert not any(e["type"] == "TOOL_CALL_RESULT" for e in second)
     assert second[-1]["result"] == "Got it."
     assert provider.requests[-1].messages[-1].tool_results_parts[0].content == "7"
+
+
+async def test_text_that_is_not_valid_unicode_still_streams() -> None:
+    provider = ScriptedProvider(["half a pair \ud83d and é"])
+    with serve(AGUIApp(Agent(provider))) as url:
+        events = await post(url, run_input())
+    assert events[-1]["type"] == "RUN_FINISHED"
+    text = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+    assert text.startswith("half a pair") and text.endswith("and é")

@@ -420,11 +420,14 @@ class Lineage:
 # -- the wire --------------------------------------------------------------------------------
 
 
+# Made once. ASCII-escaped: a lone surrogate (from a model or a client) stays valid JSON
+# instead of failing the UTF-8 encoding of the frame.
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def sse_frame(data: Any) -> bytes:
     """One SSE event: ``data: {json}`` and a blank line."""
-    return (
-        b"data: " + json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
-    )
+    return f"data: {_encode(data)}\n\n".encode("ascii")
 
 
 async def read_body(receive: Callable[[], Awaitable[dict[str, Any]]], limit: int) -> bytes:
