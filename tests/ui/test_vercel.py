@@ -363,7 +363,7 @@ async def test_the_plain_generator_api() -> None:
         "finish",
     ]
     with pytest.raises(RequestInvalid):
-        await anext(vercel_chunks(agent, {"id": 3}))  # type: ignore[arg-type]
+        await anext(vercel_chunks(agent, {"id": 3}))
 
 
 def test_mounted_or_routed_in_a_starlette_app() -> None:
