@@ -38,11 +38,13 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from .._approvals import PendingApproval
+from .._log import logger
 from .._result import RunResult, TerminationReason
-from ..errors import ApprovalError, FanloopError, ProviderError, RequestInvalid
+from ..errors import ApprovalError, FanloopError, RequestInvalid
 from ..events import (
     ApprovalResolved,
     Event,
@@ -63,10 +65,10 @@ from ..messages import Message, TextPart, ToolCallPart
 from ..providers._types import Usage
 from ..sessions import SessionStore
 from ._core import (
-    MAX_REASON_CHARS,
     Bridge,
     Lineage,
     Turn,
+    answer_of,
     check_session_id,
     loads,
     read_body,
@@ -112,12 +114,27 @@ _FINISH_REASONS: Final[Mapping[str, str]] = {
 # -- the request ------------------------------------------------------------------------------
 
 
-def parse_request(body: Any) -> tuple[Turn, str | None, frozenset[str]]:
-    """A ``useChat`` request body as a :class:`Turn`.
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """A ``useChat`` request, read.
 
-    Returns:
-        The turn; the id of the client's last assistant message (the one a resumed run goes on
-        writing); the tool call ids that message already shows.
+    Attributes:
+        turn: what to run (the protocol-free request).
+        assistant_id: the id of the client's last message when it is the assistant's: the
+            message a resumed run goes on writing.
+        shown: the tool call ids that message already shows.
+        answered_in_parts: the calls answered through their tool part (SDK v6).
+    """
+
+    turn: Turn
+    assistant_id: str | None = None
+    shown: frozenset[str] = frozenset()
+    answered_in_parts: frozenset[str] = frozenset()
+
+
+def parse_request(body: Any) -> ChatRequest:
+    """Read a ``useChat`` request body: of the messages, only the last one is run (the
+    session holds the conversation); the earlier ones seed a session the store does not know.
 
     Raises:
         RequestInvalid: the body is not a chat request, or is over one of its caps.
@@ -128,7 +145,35 @@ def parse_request(body: Any) -> tuple[Turn, str | None, frozenset[str]]:
     session_id = (
         check_session_id(chat_id, "the chat id") if chat_id is not None else _new_id("chat")
     )
-    messages = body.get("messages", [])
+    messages = _messages(body.get("messages", []))
+    turn = Turn(session_id=session_id, answers=_body_answers(body.get("approvals")))
+    last = messages[-1] if messages else {}
+    if last.get("role") == "user":
+        prompt = _text(last.get("parts", []))
+        if len(prompt) > MAX_PROMPT_CHARS:
+            raise RequestInvalid(
+                f"the prompt is over {MAX_PROMPT_CHARS} characters", code="too_large"
+            )
+        turn.prompt = prompt or None
+        turn.input_id = _id_or_none(last.get("id"))
+        turn.history = _history(messages[:-1])
+        return ChatRequest(turn)
+    turn.history = _history(messages)
+    if last.get("role") != "assistant":
+        return ChatRequest(turn)
+    parts = [p for p in last.get("parts", []) if isinstance(p, dict)]
+    in_parts = _part_answers(parts)
+    for call_id, answer in in_parts.items():
+        turn.answers.setdefault(call_id, answer)
+    return ChatRequest(
+        turn,
+        assistant_id=_id_or_none(last.get("id")),
+        shown=frozenset(p["toolCallId"] for p in parts if isinstance(p.get("toolCallId"), str)),
+        answered_in_parts=frozenset(in_parts),
+    )
+
+
+def _messages(messages: Any) -> list[dict[str, Any]]:
     if not isinstance(messages, list):
         raise RequestInvalid("messages must be a list of UI messages", code="bad_messages")
     if len(messages) > MAX_MESSAGES:
@@ -138,38 +183,11 @@ def parse_request(body: Any) -> tuple[Turn, str | None, frozenset[str]]:
             raise RequestInvalid("each message must be an object with parts", code="bad_messages")
         if len(m.get("parts", [])) > MAX_PARTS:
             raise RequestInvalid(f"a message has over {MAX_PARTS} parts", code="too_many_parts")
-    turn = Turn(session_id=session_id)
-    turn.answers.update(_body_answers(body.get("approvals")))
-    last = messages[-1] if messages else None
-    earlier = messages[:-1]
-    assistant_id: str | None = None
-    shown: frozenset[str] = frozenset()
-    if last is not None and last.get("role") == "user":
-        prompt = _text(last.get("parts", []))
-        if len(prompt) > MAX_PROMPT_CHARS:
-            raise RequestInvalid(
-                f"the prompt is over {MAX_PROMPT_CHARS} characters", code="too_large"
-            )
-        turn.prompt = prompt or None
-        turn.input_id = _id_or_none(last.get("id"))
-    elif last is not None and last.get("role") == "assistant":
-        assistant_id = _id_or_none(last.get("id"))
-        parts = last.get("parts", [])
-        shown = frozenset(
-            p["toolCallId"]
-            for p in parts
-            if isinstance(p, dict) and isinstance(p.get("toolCallId"), str)
-        )
-        for call_id, answer in _part_answers(parts):
-            turn.answers.setdefault(call_id, answer)
-        earlier = messages[:-1]
-    turn.history = _history(
-        earlier if last is not None and last.get("role") == "user" else messages
-    )
-    return turn, assistant_id, shown
+    return messages
 
 
 def _body_answers(value: Any) -> dict[str, bool | str]:
+    """The ``approvals`` body field: ``{call_id: true | false | "reason"}`` (any SDK version)."""
     if value is None:
         return {}
     if not isinstance(value, dict) or len(value) > MAX_ANSWERS:
@@ -179,43 +197,27 @@ def _body_answers(value: Any) -> dict[str, bool | str]:
         )
     out: dict[str, bool | str] = {}
     for call_id, answer in value.items():
-        if not isinstance(call_id, str) or len(call_id) > MAX_ID_CHARS:
+        if len(call_id) > MAX_ID_CHARS or not isinstance(answer, bool | str):
             raise RequestInvalid(
-                "an approval's call id must be a short string", code="bad_approvals"
+                f"the approval of {call_id[:MAX_ID_CHARS]!r} must be true, false or a reason "
+                f"(a call id of at most {MAX_ID_CHARS} characters)",
+                code="bad_approvals",
             )
-        if answer is True:
-            out[call_id] = True
-        elif answer is False:
-            out[call_id] = "The user declined this call."
-        elif isinstance(answer, str) and answer.strip():
-            out[call_id] = "Declined by the user: " + answer[:MAX_REASON_CHARS]
-        else:
-            raise RequestInvalid(
-                f"the approval of {call_id!r} must be true, false or a reason", code="bad_approvals"
-            )
+        out[call_id] = answer_of("", answer)
     return out
 
 
-def _part_answers(parts: Sequence[Any]) -> list[tuple[str, bool | str]]:
-    """The v6 approval answers in an assistant message's tool parts."""
-    out: list[tuple[str, bool | str]] = []
+def _part_answers(parts: Sequence[dict[str, Any]]) -> dict[str, bool | str]:
+    """The answers in an assistant message's tool parts in the ``approval-responded`` state
+    (what v6's ``addToolApprovalResponse`` leaves there)."""
+    out: dict[str, bool | str] = {}
     for p in parts:
-        if not isinstance(p, dict) or p.get("state") != "approval-responded":
+        approval, call_id = p.get("approval"), p.get("toolCallId")
+        if p.get("state") != "approval-responded" or not isinstance(approval, dict):
             continue
-        approval = p.get("approval")
-        call_id = p.get("toolCallId")
-        if not isinstance(approval, dict) or not isinstance(call_id, str):
-            continue
-        if len(call_id) > MAX_ID_CHARS or len(out) >= MAX_ANSWERS:
+        if not isinstance(call_id, str) or len(call_id) > MAX_ID_CHARS or len(out) >= MAX_ANSWERS:
             raise RequestInvalid("too many or too long approval answers", code="bad_approvals")
-        if approval.get("approved") is True:
-            out.append((call_id, True))
-            continue
-        reason = approval.get("reason")
-        if isinstance(reason, str) and reason.strip():
-            out.append((call_id, "Declined by the user: " + reason[:MAX_REASON_CHARS]))
-        else:
-            out.append((call_id, "The user declined this call."))
+        out[call_id] = answer_of("", approval)
     return out
 
 
@@ -531,15 +533,14 @@ def _error_text(error: BaseException) -> str:
 
 
 async def _chunks(
-    bridge: Bridge, body: Any, version: Version, request: Any = None
+    bridge: Bridge, chat: ChatRequest, version: Version, request: Any = None
 ) -> AsyncGenerator[dict[str, Any], None]:
-    turn, assistant_id, shown = parse_request(body)
-    answered = frozenset(turn.answers) if version >= 6 else frozenset()
-    mapper = _Chunks(version, shown, answered)
-    message_id = assistant_id if turn.answers and assistant_id else _new_id("msg")
+    turn = chat.turn
+    mapper = _Chunks(version, chat.shown, chat.answered_in_parts if version >= 6 else frozenset())
+    resuming = bool(turn.answers) and chat.assistant_id is not None
     yield {
         "type": "start",
-        "messageId": message_id,
+        "messageId": chat.assistant_id if resuming else _new_id("msg"),
         "messageMetadata": {"sessionId": turn.session_id},
     }
     try:
@@ -548,22 +549,22 @@ async def _chunks(
             if run is None:  # nothing to run: ask again about what still waits
                 for chunk in mapper.approval_requests(started.pending):
                     yield chunk
-                yield {
-                    "type": "finish",
-                    "finishReason": "tool-calls" if started.pending else "stop",
-                }
+                reason = "tool-calls" if started.pending else "stop"
+                yield {"type": "finish", "finishReason": reason}
                 return
-            error: BaseException | None = None
+            error: Exception | None = None
             try:
                 async for event in run:
                     for chunk in mapper.on(event):
                         yield chunk
-            except ProviderError as exc:
+            except Exception as exc:  # a failed run still ends its stream, with the error
+                if not isinstance(exc, FanloopError):
+                    logger.exception("ui_run_failed", protocol="vercel", session=turn.session_id)
                 error = exc
             result = run.result if run.done else None
             for chunk in mapper.end(result, error):
                 yield chunk
-    except (RequestInvalid, ApprovalError) as exc:
+    except (RequestInvalid, ApprovalError) as exc:  # refused before the run started
         for chunk in mapper.end(None, exc):
             yield chunk
 
@@ -606,9 +607,9 @@ async def vercel_chunks(
     Raises:
         RequestInvalid: the body is not a chat request (before any chunk).
     """
+    chat = parse_request(body)  # a bad body is refused before the first chunk
     bridge = Bridge(agent, store=store, ask_browser=ask_browser)
-    parse_request(body)  # refuse a bad body before the first chunk
-    async for chunk in _chunks(bridge, body, version):
+    async for chunk in _chunks(bridge, chat, version):
         yield chunk
 
 
@@ -670,8 +671,7 @@ class VercelAIApp:
         self, body: Mapping[str, Any], *, request: Any = None
     ) -> AsyncGenerator[dict[str, Any], None]:
         """The UI message chunks answering one request body (see :func:`vercel_chunks`)."""
-        parse_request(body)
-        return _chunks(self.bridge, body, self.version, request)
+        return _chunks(self.bridge, parse_request(body), self.version, request)
 
     def sse(self, body: Mapping[str, Any], *, request: Any = None) -> AsyncIterator[bytes]:
         """:meth:`chunks` as SSE bytes ending ``data: [DONE]``, for a framework's streaming
