@@ -382,3 +382,19 @@ def test_mounted_or_routed_in_a_starlette_app() -> None:
     assert '"delta":"mounted"' in mounted.text
     assert routed.status_code == 200 and not routed.history
     assert '"delta":"routed"' in routed.text
+
+
+def test_an_answer_sent_twice_runs_the_call_once() -> None:
+    provider = ScriptedProvider(
+        [reply(tool_calls=[call("delete_file", _id="d9", path="/b")]), "ok"]
+    )
+    app = VercelAIApp(Agent(provider, tools=[delete_file]))
+    with serve(app) as url:
+        post(url, {"id": "chat-j", "messages": [user("delete /b")]})
+        body = {"id": "chat-j", "messages": [user("delete /b")], "approvals": {"d9": True}}
+        _, first = post(url, body)
+        _, second = post(url, body)  # a double click
+    assert ran == ["/b"]
+    assert of(first, "tool-output-available")[0]["output"] == "deleted /b"
+    assert "ApprovalConflict" in of(second, "error")[0]["errorText"]
+    assert second[-1] == "[DONE]"
