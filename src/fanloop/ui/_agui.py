@@ -127,23 +127,29 @@ class AGUIApp:
         await serve_sse(receive, send, self._frames(turn, meta, body))
 
     async def _frames(self, turn: Turn, meta: _Meta, body: Any) -> AsyncIterator[bytes]:
-        async for event in self.events_for(turn, meta, body):
-            yield sse_frame(event)
+        events = self.events_for(turn, meta, body)
+        try:
+            async for event in events:
+                yield sse_frame(event)
+        finally:
+            await events.aclose()
 
-    async def events(
+    def events(
         self, run_input: Mapping[str, Any] | str | bytes
     ) -> AsyncGenerator[dict[str, Any], None]:
-        """The AG-UI events (dicts) of one request, for any framework.
+        """The AG-UI events (dicts) of one request, for any framework. Close the generator
+        (``aclose()``) to cancel a run you stop reading.
 
         Raises:
-            RequestInvalid: ``run_input`` is malformed (before any event).
+            RequestInvalid: ``run_input`` is malformed (raised by this call).
         """
         body = loads(run_input) if isinstance(run_input, str | bytes) else run_input
         turn, meta = parse_input(body)
-        async for event in self.events_for(turn, meta, body):
-            yield event
+        return self.events_for(turn, meta, body)
 
-    async def events_for(self, turn: Turn, meta: _Meta, body: Any) -> AsyncIterator[dict[str, Any]]:
+    async def events_for(
+        self, turn: Turn, meta: _Meta, body: Any
+    ) -> AsyncGenerator[dict[str, Any], None]:
         """The events of a parsed request (see :meth:`events`)."""
         enc = _Encoder(meta, self.bridge.client_tool_names(turn), turn.client_results)
         yield enc.started()
@@ -152,6 +158,8 @@ class AGUIApp:
                 state = await _sync_state(started.session, meta)
                 if state is not None:
                     yield {"type": "STATE_SNAPSHOT", "snapshot": state}
+                if not meta.has_messages and started.session.messages:
+                    yield {"type": "MESSAGES_SNAPSHOT", "messages": snapshot(started.session)}
                 if started.stream is None:
                     for event in enc.idle(started.pending):
                         yield event
@@ -209,13 +217,16 @@ async def agui_events(
 
 
 class _Meta:
-    __slots__ = ("has_state", "run_id", "state", "thread_id")
+    __slots__ = ("has_messages", "has_state", "run_id", "state", "thread_id")
 
-    def __init__(self, thread_id: str, run_id: str, state: Any, has_state: bool) -> None:
+    def __init__(
+        self, thread_id: str, run_id: str, state: Any, has_state: bool, has_messages: bool
+    ) -> None:
         self.thread_id = thread_id
         self.run_id = run_id
         self.state = state
         self.has_state = has_state
+        self.has_messages = has_messages
 
 
 def parse_input(body: Any) -> tuple[Turn, _Meta]:
@@ -264,7 +275,7 @@ def parse_input(body: Any) -> tuple[Turn, _Meta]:
         client_results=results,
         client_tools=tools,
     )
-    return turn, _Meta(thread_id, run_id, state, has_state)
+    return turn, _Meta(thread_id, run_id, state, has_state, bool(messages))
 
 
 def _list(body: dict[str, Any], key: str, cap: int) -> list[Any]:
@@ -379,6 +390,53 @@ def _call(value: Any) -> ToolCallPart:
         name=str(fn.get("name", ""))[:64],
         arguments=args if isinstance(args, dict) else {},
     )
+
+
+MAX_SNAPSHOT = 1_000
+"""The most messages a ``MESSAGES_SNAPSHOT`` carries (the latest ones)."""
+
+
+def snapshot(session: Any) -> list[dict[str, Any]]:
+    """A session's conversation as AG-UI messages, for a client that has none (a reloaded
+    page): user and assistant messages (with their tool calls) and tool results. Ids are
+    ``<session id>:<index>``; a tool result's is ``<session id>:<index>:<call id>``."""
+    out: list[dict[str, Any]] = []
+    messages = session.messages
+    start = max(0, len(messages) - MAX_SNAPSHOT)
+    for index in range(start, len(messages)):
+        message = messages[index]
+        mid = f"{session.id}:{index}"
+        results = message.tool_results_parts
+        if results:
+            for part in results:
+                tool: dict[str, Any] = {
+                    "id": f"{mid}:{part.call_id}",
+                    "role": "tool",
+                    "toolCallId": part.call_id,
+                    "content": part.content,
+                }
+                if part.is_error:
+                    tool["error"] = part.content[:2_000] or "error"
+                out.append(tool)
+            continue
+        if message.role == "user":
+            out.append({"id": mid, "role": "user", "content": message.text})
+            continue
+        entry: dict[str, Any] = {"id": mid, "role": "assistant"}
+        if message.text:
+            entry["content"] = message.text
+        calls = message.tool_calls
+        if calls:
+            entry["toolCalls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
+                }
+                for c in calls
+            ]
+        out.append(entry)
+    return out
 
 
 async def _sync_state(session: Any, meta: _Meta) -> Any:

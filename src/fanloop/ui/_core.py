@@ -36,7 +36,7 @@ import json
 import re
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final
@@ -255,15 +255,16 @@ class Bridge:
         try:
             session = await self.store.open(sid)
             started = await self._plan(session, turn, request)
-            token = _client_results.set(turn.client_results)
-            try:
-                if started.stream is None:
-                    yield started
-                else:
-                    async with started.stream:
-                        yield started
-            finally:
-                _client_results.reset(token)
+            async with AsyncExitStack() as stack:
+                if started.stream is not None:
+                    # The run's task copies the context as it starts: the client's results
+                    # are set for it (and its tools) only.
+                    token = _client_results.set(turn.client_results)
+                    try:
+                        await stack.enter_async_context(started.stream)
+                    finally:
+                        _client_results.reset(token)
+                yield started
         finally:
             self._busy.discard(sid)
 
