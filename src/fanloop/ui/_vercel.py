@@ -155,7 +155,8 @@ def parse_request(body: Any) -> ChatRequest:
                 f"the prompt is over {MAX_PROMPT_CHARS} characters", code="too_large"
             )
         turn.prompt = prompt or None
-        turn.input_id = _id_or_none(last.get("id"))
+        if body.get("trigger") != "regenerate-message":  # regenerate asks the same again
+            turn.input_id = _id_or_none(last.get("id"))
         turn.history = _history(messages[:-1])
         return ChatRequest(turn)
     turn.history = _history(messages)
