@@ -24,7 +24,8 @@ tool result                   ``tool-output-available``, or ``tool-output-error`
                               result, a declined call with its reason)
 run parked for approval       ``data-approval-request`` (tool, input, preview), and in v6
                               ``tool-approval-request`` (``approvalId`` is the call id)
-call declined in the browser  v6: ``tool-output-denied``; v5: ``tool-output-error``
+a declined call               v6, answered in its tool part: ``tool-output-denied``;
+                              otherwise ``tool-output-error`` with the reason
 sub-agent runs                ``data-agent`` (one part per sub-run, updated when it ends) and
                               transient ``data-agent-event`` chunks (its text, reasoning,
                               tool calls), each with ``agentPath`` and ``parentCallId``
