@@ -247,7 +247,7 @@ def test_an_answer_for_nothing_pending_is_an_error_chunk() -> None:
 )
 def test_bad_requests_are_refused_before_a_run(body: bytes, status: int, code: str) -> None:
     provider = ScriptedProvider([])
-    app = VercelAIApp(Agent(provider), max_body_bytes=64_000)
+    app = VercelAIApp(Agent(provider), max_request_bytes=64_000)
     with serve(app) as url, httpx2.Client(timeout=30) as client:
         response = client.post(url, content=body, headers={"content-type": "application/json"})
         assert client.get(url).status_code == 405

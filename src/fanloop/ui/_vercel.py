@@ -91,7 +91,7 @@ UI_MESSAGE_STREAM_HEADERS: Final[Mapping[str, str]] = {
 DONE: Final = b"data: [DONE]\n\n"
 _STREAM_HEADER: Final = ((b"x-vercel-ai-ui-message-stream", b"v1"),)
 
-MAX_BODY_BYTES = 4 * 1024 * 1024
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
 MAX_MESSAGES = 1_000
 MAX_PARTS = 1_000
 MAX_PROMPT_CHARS = 200_000
@@ -643,7 +643,7 @@ class VercelAIApp:
         ask_browser: dangerous calls wait for the browser's answer; ``False`` leaves them to
             the agent's own ``confirm``.
         buffer: events buffered between the run and the client.
-        max_body_bytes: the largest request body accepted.
+        max_request_bytes: the largest request body accepted.
         deps: a function of the ASGI scope giving each run's ``deps``.
     """
 
@@ -655,13 +655,13 @@ class VercelAIApp:
         version: Version = 6,
         ask_browser: bool = True,
         buffer: int = 64,
-        max_body_bytes: int = MAX_BODY_BYTES,
+        max_request_bytes: int = MAX_REQUEST_BYTES,
         deps: Callable[[Any], Any] | None = None,
     ) -> None:
         if version not in (5, 6):
             raise ValueError("version must be 5 or 6")
         self.version: Version = version
-        self.max_body_bytes = max_body_bytes
+        self.max_request_bytes = max_request_bytes
         self.bridge = Bridge(agent, store=store, ask_browser=ask_browser, buffer=buffer, deps=deps)
 
     @property
@@ -692,7 +692,7 @@ class VercelAIApp:
             )
             return
         try:
-            body = loads(await read_body(receive, self.max_body_bytes))
+            body = loads(await read_body(receive, self.max_request_bytes))
             frames = self.sse(body, request=scope)
         except RequestInvalid as exc:
             if exc.code != "disconnected":
