@@ -32,11 +32,13 @@ from ._core import (
     Bridge,
     ClientToolSpec,
     Lineage,
+    PromptPart,
     Turn,
     answer_of,
     check_session_id,
     check_tool_name,
     loads,
+    media_part,
     read_body,
     send_json,
     serve_sse,
@@ -155,6 +157,7 @@ class AGUIApp:
         yield enc.started()
         try:
             async with self.bridge.start(turn, request=body) as started:
+                enc.client_names = self.bridge.client_tool_names(turn)  # as the run has them
                 state = await _sync_state(started.session, meta)
                 if state is not None:
                     yield {"type": "STATE_SNAPSHOT", "snapshot": state}
@@ -261,7 +264,7 @@ def parse_input(body: Any) -> tuple[Turn, _Meta]:
             f"- {str(c.get('description', ''))[:200]}: {str(c.get('value', ''))[:4000]}"
             for c in context
         )
-        prompt = f"{prompt}\n\nContext from the application:\n{notes}"
+        prompt = [*prompt, f"Context from the application:\n{notes}"]
     state = body.get("state")
     has_state = state is not None and state != {}
     if has_state and len(json.dumps(state, default=str)) > MAX_STATE_BYTES:
@@ -305,7 +308,7 @@ def _tool(value: Any) -> ClientToolSpec:
 
 def _split(
     messages: list[Any],
-) -> tuple[list[Message], str | None, str | None, dict[str, ToolResultPart]]:
+) -> tuple[list[Message], list[PromptPart] | None, str | None, dict[str, ToolResultPart]]:
     """Earlier history, the new prompt (and its message id), and client tool results."""
     last_assistant = -1
     for i, m in enumerate(messages):
@@ -315,7 +318,7 @@ def _split(
             last_assistant = i
     tail = messages[last_assistant + 1 :]
     results: dict[str, ToolResultPart] = {}
-    prompts: list[str] = []
+    prompt: list[PromptPart] = []
     input_id: str | None = None
     for m in tail:
         role = m.get("role")
@@ -323,14 +326,37 @@ def _split(
             part = _result(m)
             results[part.call_id] = part
         elif role == "user":
-            text = text_of(m.get("content"))
-            if text:
-                prompts.append(text)
+            parts = _parts(m.get("content"))
+            if parts:
+                prompt += parts
                 mid = m.get("id")
                 input_id = mid[:200] if isinstance(mid, str) else None
-    history = _history(messages[: last_assistant + 1] if prompts or results else messages)
-    prompt = "\n\n".join(prompts) if prompts else None
-    return history, prompt, input_id, results
+    history = _history(messages[: last_assistant + 1] if prompt or results else messages)
+    return history, prompt or None, input_id, results
+
+
+MAX_PARTS = 64
+
+
+def _parts(content: Any) -> list[PromptPart]:
+    """A user message's content: text, images and PDFs in order (audio, video and other
+    files are left out)."""
+    if isinstance(content, str):
+        return [content] if content else []
+    if not isinstance(content, list):
+        return []
+    if len(content) > MAX_PARTS:
+        raise RequestInvalid(f"a message has more than {MAX_PARTS} parts", code="too_large")
+    out: list[PromptPart] = []
+    for part in content:
+        if not isinstance(part, dict):
+            continue
+        kind = part.get("type")
+        if kind == "text" and isinstance(part.get("text"), str) and part["text"]:
+            out.append(part["text"])
+        elif kind in ("image", "document"):
+            out.append(media_part(kind, part.get("source")))
+    return out
 
 
 def _result(m: dict[str, Any]) -> ToolResultPart:
@@ -360,9 +386,9 @@ def _history(messages: Iterable[dict[str, Any]]) -> list[Message]:
             out.append(Message.tool_results(results))
             results = []
         if role == "user":
-            text = text_of(m.get("content"))
-            if text:
-                out.append(user_message(text))
+            given = _parts(m.get("content"))
+            if given:
+                out.append(user_message(given))
         elif role == "assistant":
             parts: list[TextPart | ToolCallPart] = []
             content = m.get("content")
