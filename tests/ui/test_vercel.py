@@ -469,3 +469,45 @@ async def test_many_concurrent_chats_each_get_their_own_answer() -> None:
                     for i in range(n):
                         tg.start_soon(one, i)
     assert answers == {i: f"echo number {i}" for i in range(n)}
+
+
+def test_file_parts_reach_the_model_as_images_and_pdfs() -> None:
+    import base64
+
+    from fanloop.messages import DocumentPart, ImagePart
+
+    png = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 32).decode()
+    pdf = base64.b64encode(b"%PDF-1.4 tiny").decode()
+    message = {
+        "id": "u1",
+        "role": "user",
+        "parts": [
+            {"type": "text", "text": "what is in these?"},
+            {"type": "file", "mediaType": "image/png", "url": f"data:image/png;base64,{png}"},
+            {
+                "type": "file",
+                "mediaType": "application/pdf",
+                "url": f"data:application/pdf;base64,{pdf}",
+            },
+            {"type": "file", "mediaType": "image/webp", "url": "https://example.com/cat.webp"},
+        ],
+    }
+    provider = ScriptedProvider(["a cat and a PDF"])
+    app = VercelAIApp(Agent(provider))
+    with serve(app) as url:
+        response, _ = post(url, {"id": "chat-m", "messages": [message]})
+        bad = {**message, "parts": [{"type": "file", "mediaType": "text/plain", "url": "data:,hi"}]}
+        refused, _ = post(url, {"id": "chat-n", "messages": [bad]})
+    assert response.status_code == 200
+    content = provider.requests[0].messages[-1].content
+    assert [type(p).__name__ for p in content] == [
+        "TextPart",
+        "ImagePart",
+        "DocumentPart",
+        "ImagePart",
+    ]
+    image, document, linked = content[1], content[2], content[3]
+    assert isinstance(image, ImagePart) and image.data and image.data.startswith(b"\x89PNG")
+    assert isinstance(document, DocumentPart) and document.data == b"%PDF-1.4 tiny"
+    assert isinstance(linked, ImagePart) and linked.url == "https://example.com/cat.webp"
+    assert refused.status_code == 400 and refused.json()["error"] == "bad_part"

@@ -68,10 +68,12 @@ from ..sessions import SessionStore
 from ._core import (
     Bridge,
     Lineage,
+    PromptPart,
     Turn,
     answer_of,
     check_session_id,
     loads,
+    media_part,
     read_body,
     send_json,
     serve_sse,
@@ -150,12 +152,7 @@ def parse_request(body: Any) -> ChatRequest:
     turn = Turn(session_id=session_id, answers=_body_answers(body.get("approvals")))
     last = messages[-1] if messages else {}
     if last.get("role") == "user":
-        prompt = _text(last.get("parts", []))
-        if len(prompt) > MAX_PROMPT_CHARS:
-            raise RequestInvalid(
-                f"the prompt is over {MAX_PROMPT_CHARS} characters", code="too_large"
-            )
-        turn.prompt = prompt or None
+        turn.prompt = _prompt(last.get("parts", []))
         if body.get("trigger") != "regenerate-message":  # regenerate asks the same again
             turn.input_id = _id_or_none(last.get("id"))
         turn.history = _history(messages[:-1])
@@ -221,6 +218,49 @@ def _part_answers(parts: Sequence[dict[str, Any]]) -> dict[str, bool | str]:
             raise RequestInvalid("too many or too long approval answers", code="bad_approvals")
         out[call_id] = answer_of("", approval)
     return out
+
+
+def _prompt(parts: Sequence[Any]) -> str | list[PromptPart] | None:
+    """A user message's text parts (and ``file`` parts: images and PDFs, as data URLs or
+    URLs), in order."""
+    out: list[PromptPart] = []
+    size = 0
+    for p in parts:
+        if not isinstance(p, dict):
+            continue
+        if p.get("type") == "text" and isinstance(p.get("text"), str):
+            out.append(p["text"])
+            size += len(p["text"])
+        elif p.get("type") == "file":
+            out.append(_file(p))
+    if size > MAX_PROMPT_CHARS:
+        raise RequestInvalid(f"the prompt is over {MAX_PROMPT_CHARS} characters", code="too_large")
+    if all(isinstance(p, str) for p in out):
+        return "\n".join(p for p in out if isinstance(p, str)) or None
+    return out
+
+
+def _file(part: dict[str, Any]) -> PromptPart:
+    """A ``file`` part (``url``: a ``data:`` URL or an http(s) URL; ``mediaType``) as an image
+    or a PDF."""
+    url, media_type = part.get("url"), part.get("mediaType")
+    if not isinstance(url, str) or not isinstance(media_type, str):
+        raise RequestInvalid("a file part needs a url and a mediaType", code="bad_part")
+    if media_type.startswith("image/"):
+        kind = "image"
+    elif media_type == "application/pdf":
+        kind = "document"
+    else:
+        raise RequestInvalid(
+            f"a file part of type {media_type[:100]!r}: only images and PDFs are taken",
+            code="bad_part",
+        )
+    if url.startswith("data:"):
+        head, _, data = url.partition(",")
+        if not head.endswith(";base64"):
+            raise RequestInvalid("a data URL must be base64", code="bad_part")
+        return media_part(kind, {"type": "data", "value": data, "mimeType": media_type})
+    return media_part(kind, {"type": "url", "value": url, "mimeType": media_type})
 
 
 def _text(parts: Sequence[Any]) -> str:
