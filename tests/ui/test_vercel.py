@@ -511,3 +511,24 @@ def test_file_parts_reach_the_model_as_images_and_pdfs() -> None:
     assert isinstance(document, DocumentPart) and document.data == b"%PDF-1.4 tiny"
     assert isinstance(linked, ImagePart) and linked.url == "https://example.com/cat.webp"
     assert refused.status_code == 400 and refused.json()["error"] == "bad_part"
+
+
+def test_sse_through_a_framework_streaming_response() -> None:
+    """``app.sse(body)`` with ``UI_MESSAGE_STREAM_HEADERS`` in a Starlette endpoint."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import StreamingResponse
+    from starlette.routing import Route
+
+    chat = VercelAIApp(Agent(ScriptedProvider(["through starlette"])))
+
+    async def api_chat(request: Request) -> StreamingResponse:
+        return StreamingResponse(chat.sse(await request.json()), headers=UI_MESSAGE_STREAM_HEADERS)
+
+    app = Starlette(routes=[Route("/api/chat", api_chat, methods=["POST"])])
+    with serve(app) as url:
+        response, chunks = post(url + "/api/chat", {"id": "s1", "messages": [user("hi")]})
+    assert response.headers["x-vercel-ai-ui-message-stream"] == "v1"
+    assert response.headers["content-type"].startswith("text/event-stream")
+    assert "".join(c["delta"] for c in of(chunks, "text-delta")) == "through starlette"
+    assert chunks[-1] == "[DONE]"
