@@ -534,3 +534,11 @@ async def test_text_that_is_not_valid_unicode_still_streams() -> None:
     assert events[-1]["type"] == "RUN_FINISHED"
     text = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
     assert text.startswith("half a pair") and text.endswith("and é")
+
+
+def test_the_public_names_are_pinned() -> None:
+    import fanloop.ui
+
+    assert sorted(fanloop.ui.__all__) == fanloop.ui.__all__
+    assert {"AGUIApp", "agui_events"} <= set(fanloop.ui.__all__)
+    assert RequestInvalid.__module__ == "fanloop.errors"

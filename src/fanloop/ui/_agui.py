@@ -6,8 +6,10 @@ ran (tools it declared in ``tools``); ``resume`` answers the interrupts of the p
 (approvals of dangerous calls); ``state`` is kept with the thread. When the store does not
 know the thread yet, the earlier messages seed its session.
 
-Run → events: ``RUN_STARTED``; ``TEXT_MESSAGE_*`` for text, ``REASONING_*`` for thinking,
-``TOOL_CALL_START/ARGS/END`` as a call streams and ``TOOL_CALL_RESULT`` when it has run;
+Run → events: ``RUN_STARTED``; ``STATE_SNAPSHOT`` / ``MESSAGES_SNAPSHOT`` for a client that
+sent no state / no messages on a known thread; ``TEXT_MESSAGE_*`` for text, ``REASONING_*``
+for thinking, ``TOOL_CALL_START/ARGS/END`` as a call streams and ``TOOL_CALL_RESULT`` when it
+has run;
 ``STEP_STARTED/FINISHED`` around each model turn; ``SUBAGENT_STARTED/FINISHED`` around a
 sub-agent, whose events carry its ``subagentRunId`` (its agent path is in the started
 event's ``metadata.fanloop.agentPath``); ``CUSTOM`` events ``fanloop.approval_requested`` /
