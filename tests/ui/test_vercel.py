@@ -532,3 +532,10 @@ def test_sse_through_a_framework_streaming_response() -> None:
     assert response.headers["content-type"].startswith("text/event-stream")
     assert "".join(c["delta"] for c in of(chunks, "text-delta")) == "through starlette"
     assert chunks[-1] == "[DONE]"
+
+
+def test_the_public_names() -> None:
+    import fanloop.ui
+
+    assert {"VercelAIApp", "vercel_chunks", "UI_MESSAGE_STREAM_HEADERS"} <= set(fanloop.ui.__all__)
+    assert sorted(fanloop.ui.__all__) == fanloop.ui.__all__
