@@ -525,7 +525,7 @@ async def _execute(
             f"Tool {call.name!r} timed out after {tool.timeout} seconds.", is_error=True
         )
     except Exception as exc:
-        logger.warning("tool_failed", tool=call.name, error=repr(exc), exc_info=True)
+        logger.info("tool_failed", tool=call.name, error=repr(exc), exc_info=True)
         result = ToolResult(
             clip(f"Tool {call.name!r} failed: {type(exc).__name__}: {exc}", MAX_ERROR_CHARS),
             is_error=True,

@@ -329,7 +329,7 @@ class DurableTool(Tool):
                 f"Tool {name!r} timed out after {inner.timeout} seconds.", is_error=True
             )
         except Exception as exc:
-            logger.warning("tool_failed", tool=name, error=repr(exc))
+            logger.info("tool_failed", tool=name, error=repr(exc), exc_info=True)
             return ToolResult(
                 clip(f"Tool {name!r} failed: {type(exc).__name__}: {exc}", MAX_ERROR_CHARS),
                 is_error=True,

@@ -112,7 +112,7 @@ class MCPTool(Tool):
             logger.warning("mcp_tool_unavailable", tool=self.name, error=str(err))
             return ToolResult(str(err), is_error=True)
         except Exception as err:  # the transport's errors are many; none may escape
-            logger.warning("mcp_tool_failed", tool=self.name, error=repr(err))
+            logger.info("mcp_tool_failed", tool=self.name, error=repr(err))
             return ToolResult(
                 f"MCP tool {self.name!r} failed: {_describe(err)}",
                 is_error=True,
@@ -125,7 +125,7 @@ class MCPTool(Tool):
     def _failed(self, err: MCPError) -> ToolResult:
         server = self.server.name
         if err.code == REQUEST_TIMEOUT:
-            logger.warning("mcp_tool_timeout", tool=self.name, server=server, timeout=self.timeout)
+            logger.info("mcp_tool_timeout", tool=self.name, server=server, timeout=self.timeout)
             limit = f" within {self.timeout:g} s" if self.timeout is not None else ""
             text = f"MCP tool {self.name!r} did not answer{limit}."
         elif err.code == CONNECTION_CLOSED:

@@ -194,7 +194,7 @@ class FallbackProvider:
                 break
             _may_send(run, error)
             following = _name(self.providers[index + 1])
-            logger.warning(
+            logger.info(
                 "provider_fallback",
                 from_provider=name,
                 to_provider=following,
