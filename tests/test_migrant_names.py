@@ -8,6 +8,7 @@ import re
 import pytest
 
 from fanloop import Agent
+from fanloop.errors import ConfigurationError
 from fanloop.testing import ScriptedProvider
 
 
@@ -48,3 +49,15 @@ def test_unknown_names_keep_pythons_own_error_and_the_signatures_stay_visible() 
     assert inspect.iscoroutinefunction(Agent.run)
     assert "messages" in inspect.signature(Agent.run).parameters
     assert "system" in inspect.signature(Agent).parameters
+
+
+async def test_output_type_none_is_text_as_in_the_agents_sdk() -> None:
+    agent = Agent(ScriptedProvider(["plain words"]), output_type=None)
+    result = await agent.run("hi")
+    assert result.output == "plain words" == result.text
+
+
+@pytest.mark.parametrize("bad", [lambda text: text, len, str.upper])
+def test_a_function_as_output_type_is_refused_when_the_agent_is_built(bad: object) -> None:
+    with pytest.raises(ConfigurationError, match=r"not a function.*output_validators="):
+        Agent(ScriptedProvider(["x"]), output_type=bad)  # type: ignore[arg-type]

@@ -119,8 +119,8 @@ class Agent(Generic[DepsT, OutputT]):
             read-only built-in tools, or read-only tools rooted at ``workspace``).
         workspace: the root directory for file tools, memory and skills (default: the cwd).
         output_type: what the answer must be: a pydantic model, a dataclass, a TypedDict, a
-            primitive, ``list[...]`` or a union of them (default ``str``: the text). The
-            validated value is ``result.output``.
+            primitive, ``list[...]`` or a union of them (default ``str``, the text; ``None``
+            means the same). The validated value is ``result.output``.
         output_retries: how many answers that fail validation go back to the model (with
             the errors) before the run ends with ``output_invalid``.
         output_validators: checks of the validated value, ``fn(output)`` or
@@ -248,7 +248,7 @@ class Agent(Generic[DepsT, OutputT]):
         max_depth: int = 1,
         delegate_tools: Iterable[Tool] | None = None,
         workspace: str | None = None,
-        output_type: type[OutputT] | UnionType = str,  # type: ignore[assignment]
+        output_type: type[OutputT] | UnionType | None = str,  # type: ignore[assignment]
         output_retries: int = 1,
         output_validators: Iterable[OutputValidator] = (),
         output_mode: OutputMode = "auto",

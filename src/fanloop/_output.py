@@ -20,6 +20,7 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Iterable
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
 import pydantic
@@ -82,6 +83,14 @@ class OutputSpec:
             raise ConfigurationError("output_retries must be >= 0")
         if mode not in ("auto", "tool", "native"):
             raise ConfigurationError(f"output_mode must be auto, tool or native, got {mode!r}")
+        if output_type is None:  # as in the Agents SDK: no output type is a plain-text answer
+            output_type = str
+        elif inspect.isroutine(output_type) or isinstance(output_type, partial):
+            raise ConfigurationError(
+                f"output_type is the answer's type (a pydantic model, a dataclass, a TypedDict, "
+                f"a primitive, list[...] or a union of them), not a function ({output_type!r}); "
+                "to check or change the answer, pass output_validators=[...]"
+            )
         self.output_type = output_type
         self.is_text = output_type is str
         self.retries = retries
