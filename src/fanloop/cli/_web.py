@@ -49,6 +49,7 @@ from ..sessions import (
     SQLiteStore,
     pending_approvals,
     session_spend,
+    set_session_budget,
 )
 from ._app import (
     EXIT_CONFIG,
@@ -226,7 +227,7 @@ def build_app(
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse, Response
-    from starlette.routing import Mount, Route
+    from starlette.routing import Route
 
     from .. import __version__
 
@@ -254,19 +255,34 @@ def build_app(
             }
         )
 
+    titles = _Titles(store)
+
     async def sessions(request: Request) -> Response:
+        if request.method == "POST":
+            return await new_session(request)
         infos = (await store.list())[:MAX_SESSIONS_LISTED]
         return JSONResponse(
             [
                 {
                     "id": i.id,
-                    "title": i.title,
+                    "title": i.title or await titles.of(i.id, i.message_count),
                     "updated_at": i.updated_at,
                     "message_count": i.message_count,
                 }
                 for i in infos
             ]
         )
+
+    async def new_session(request: Request) -> Response:
+        if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+            return JSONResponse({"error": "send JSON"}, status_code=415)
+        body = await _small_json(request)
+        title = body.get("title") if isinstance(body, dict) else None
+        session = await store.open()
+        await set_session_budget(session, _ACCOUNT)
+        if isinstance(title, str) and title.strip():
+            await session.set_metadata(title=" ".join(title.split())[:80])
+        return JSONResponse({"id": session.id}, status_code=201)
 
     async def one_session(request: Request) -> Response:
         session_id = request.path_params["session_id"]
@@ -285,11 +301,51 @@ def build_app(
         Route("/favicon.svg", static("favicon.svg")),
         Route("/favicon.ico", static("favicon.svg")),
         Route("/api/info", info),
-        Route("/api/sessions", sessions),
+        Route("/api/sessions", sessions, methods=["GET", "POST"]),
         Route("/api/sessions/{session_id}", one_session),
     ]
-    routes += [Mount(path, app=app) for path, app in endpoints.items()]
+    routes += [Route(path, app) for path, app in endpoints.items()]
     return Guard(Starlette(routes=routes), options)
+
+
+_ACCOUNT = Limits(max_turns=None)
+"""A session budget with no caps: the session keeps an account of what its runs spent (shown
+on the page, and kept when the session is resumed), and nothing is limited."""
+
+
+async def _small_json(request: Any, limit: int = 8_192) -> Any:
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            return None
+    try:
+        return json.loads(body or b"{}")
+    except (ValueError, RecursionError):
+        return None
+
+
+class _Titles:
+    """Titles for sessions that have none (made by another client): their first prompt."""
+
+    def __init__(self, store: Store, *, cap: int = 1_000) -> None:
+        self.store = store
+        self.cap = cap
+        self.known: dict[str, str | None] = {}
+
+    async def of(self, session_id: str, message_count: int) -> str | None:
+        if session_id in self.known or message_count == 0:
+            return self.known.get(session_id)
+        try:
+            session = await self.store.load(session_id)
+        except SessionNotFound:
+            return None
+        first = next((m for m in session.messages if m.role == "user"), None)
+        text = " ".join(first.text.split())[:80] if first is not None else ""
+        if len(self.known) >= self.cap:
+            self.known.clear()
+        self.known[session_id] = text or None
+        return text or None
 
 
 def _protocol_apps(agent: Agent[Any, Any], store: Store) -> dict[str, Any]:

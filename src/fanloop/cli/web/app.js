@@ -10,6 +10,8 @@ const page = {
   threadId: null, // the session the next prompt goes to
   abort: null, // the AbortController of the stream in flight
   turn: null, // the Turn being written
+  waiting: new Map(), // interrupt id -> the person's answer (undefined until given)
+  spend: { input: 0, output: 0, cost: 0 }, // the conversation's tokens and dollars
   model: "",
 };
 
@@ -62,63 +64,63 @@ class Turn {
     this.root = el("div", { class: "assistant" });
     this.node.append(this.root);
     $("log").append(this.node);
-    this.lanes = null; // the grid of sub-agent columns, made when the first one speaks
-    this.lane = new Map(); // path key -> {node, body}
+    this.lanes = null; // the grid of sub-agent columns, made when the first one starts
+    this.lane = new Map(); // subagentRunId -> {node, body}
     this.texts = new Map(); // messageId -> element
     this.tools = new Map(); // toolCallId -> Tool
-    this.current = new Map(); // path key -> the text element being written
   }
 
-  // Where events of an agent path go: the main column, or the sub-agent's own column.
-  body(path) {
-    if (!path || path.length === 0) return this.root;
-    const key = path.join(" › ");
-    let lane = this.lane.get(key);
-    if (!lane) {
-      if (!this.lanes) {
-        this.lanes = el("div", { class: "lanes", role: "group", "aria-label": "sub-agents" });
-        this.root.append(this.lanes);
-      }
-      const body = el("div", { class: "lane-body" });
-      const node = el(
-        "section",
-        { class: "lane", "data-state": "running", "aria-label": `sub-agent ${key}` },
-        el("h3", { text: key }),
-        body,
-      );
-      this.lanes.append(node);
-      lane = { node, body };
-      this.lane.set(key, lane);
+  // A sub-agent's own column, opened by SUBAGENT_STARTED.
+  openLane(sub, label) {
+    if (!this.lanes) {
+      this.lanes = el("div", { class: "lanes", role: "group", "aria-label": "sub-agents" });
+      this.root.append(this.lanes);
     }
-    return lane.body;
+    const body = el("div", { class: "lane-body" });
+    const node = el(
+      "section",
+      { class: "lane", "data-state": "running", "aria-label": `sub-agent ${label}` },
+      el("h3", { text: label }),
+      body,
+    );
+    this.lanes.append(node);
+    const lane = { node, body };
+    this.lane.set(sub, lane);
+    return lane;
   }
 
-  laneDone(path) {
-    const lane = path && this.lane.get(path.join(" › "));
+  // Where the events of an agent go: the main column, or a sub-agent's column.
+  body(sub) {
+    if (!sub) return this.root;
+    return (this.lane.get(sub) || this.openLane(sub, sub)).body;
+  }
+
+  laneDone(sub) {
+    const lane = this.lane.get(sub);
     if (lane) lane.node.dataset.state = "done";
   }
 
-  text(messageId, path, cls = "text") {
+  text(messageId, sub, cls = "text") {
     let node = messageId ? this.texts.get(messageId) : null;
     if (!node) {
       node = el("div", { class: cls });
-      this.body(path).append(node);
+      this.body(sub).append(node);
       if (messageId) this.texts.set(messageId, node);
     }
     return node;
   }
 
-  append(messageId, path, delta, cls = "text") {
-    const node = this.text(messageId, path, cls);
+  append(messageId, sub, delta, cls = "text") {
+    const node = this.text(messageId, sub, cls);
     if (node.textContent.length < MAX_TEXT) node.textContent += delta;
     scrollDown();
   }
 
-  tool(callId, name, path) {
+  tool(callId, name, sub) {
     let tool = this.tools.get(callId);
     if (!tool) {
       tool = new Tool(callId, name || "tool");
-      this.body(path).append(tool.node);
+      this.body(sub).append(tool.node);
       this.tools.set(callId, tool);
     } else if (name && tool.name === "tool") {
       tool.rename(name);
@@ -126,8 +128,8 @@ class Turn {
     return tool;
   }
 
-  error(message, path) {
-    this.body(path).append(el("p", { class: "error", role: "alert", text: message }));
+  error(message, sub) {
+    this.body(sub).append(el("p", { class: "error", role: "alert", text: message }));
   }
 }
 
@@ -219,7 +221,7 @@ class Tool {
     approve.addEventListener("click", () => decide(true));
     deny.addEventListener("click", () => decide(false));
     approve.focus({ preventScroll: true });
-    scrollDown();
+    box.scrollIntoView({ block: "nearest" });
   }
 }
 
@@ -247,63 +249,111 @@ async function* sse(response) {
   }
 }
 
-// The agent path an event belongs to ([] for the agent the page talks to).
-function pathOf(event) {
-  const path = event.agentPath ?? event.agent_path ?? event.rawEvent?.agent_path;
-  return Array.isArray(path) ? path.map(String) : [];
-}
-
+// One AG-UI event onto the page. Events of a sub-agent carry its subagentRunId.
 function handle(event, turn) {
-  const path = pathOf(event);
+  const sub = event.subagentRunId;
   switch (event.type) {
     case "RUN_STARTED":
       if (event.threadId) page.threadId = event.threadId;
       break;
     case "TEXT_MESSAGE_START":
-      turn.text(event.messageId, path);
+      turn.text(event.messageId, sub);
       break;
     case "TEXT_MESSAGE_CONTENT":
     case "TEXT_MESSAGE_CHUNK":
-      turn.append(event.messageId, path, event.delta || "");
+      turn.append(event.messageId, sub, event.delta || "");
       break;
-    case "THINKING_TEXT_MESSAGE_CONTENT":
     case "REASONING_MESSAGE_CONTENT":
-      turn.append("thinking:" + (event.messageId || path.join("/")), path, event.delta || "", "thinking");
+    case "THINKING_TEXT_MESSAGE_CONTENT":
+      turn.append(`thinking:${event.messageId}`, sub, event.delta || "", "thinking");
       break;
     case "TOOL_CALL_START":
-      turn.tool(event.toolCallId, event.toolCallName, path);
+      turn.tool(event.toolCallId, event.toolCallName, sub);
       break;
     case "TOOL_CALL_ARGS":
-      turn.tool(event.toolCallId, null, path).addArgs(event.delta || "");
+      turn.tool(event.toolCallId, null, sub).addArgs(event.delta || "");
       break;
     case "TOOL_CALL_RESULT":
-      turn.tool(event.toolCallId, null, path).result(event.content ?? "", false);
+      turn.tool(event.toolCallId, null, sub).result(event.content ?? "", false);
       break;
-    case "STEP_FINISHED":
-      if (path.length) turn.laneDone(path);
+    case "SUBAGENT_STARTED": {
+      const path = event.metadata?.fanloop?.agentPath;
+      const label = Array.isArray(path) && path.length ? path.join(" › ") : event.name || sub;
+      if (!turn.lane.has(sub)) turn.openLane(sub, label);
+      break;
+    }
+    case "SUBAGENT_FINISHED":
+      turn.laneDone(sub);
       break;
     case "CUSTOM":
-      custom(event, turn, path);
+      if (event.name === "fanloop.approval_requested") {
+        const v = event.value || {};
+        waitFor(turn, v.toolCallId, v.toolName, v.arguments, v.preview, sub);
+      } else if (event.name === "fanloop.approval_resolved") {
+        const v = event.value || {};
+        const tool = turn.tools.get(v.toolCallId);
+        if (tool && v.approved === false) tool.setState("declined", "denied");
+      }
+      break;
+    case "RUN_FINISHED":
+      finished(event, turn);
       break;
     case "RUN_ERROR":
-      turn.error(event.message || "the run failed", path);
+      turn.error(event.message || "the run failed", sub);
       break;
     default:
       break;
   }
 }
 
-function custom(event, turn, path) {
-  const value = event.value || {};
-  const name = String(event.name || "");
-  if (name.includes("approval") && (name.includes("request") || name.includes("pending"))) {
-    const callId = value.toolCallId ?? value.call_id ?? value.id;
-    const tool = turn.tool(callId, value.toolCallName ?? value.name, path);
-    if (value.arguments && !tool.args) tool.setArgs(value.arguments);
-    tool.ask(value.preview || "", answerApproval);
-  } else if (name.includes("usage")) {
-    showUsage(value);
+function finished(event, turn) {
+  const outcome = event.outcome || {};
+  if (outcome.type === "interrupt") {
+    for (const interrupt of outcome.interrupts || []) {
+      const meta = interrupt.metadata?.fanloop || {};
+      const callId = interrupt.toolCallId || interrupt.id;
+      waitFor(turn, callId, meta.toolName, meta.arguments, interrupt.message, null, interrupt.id);
+    }
+    status("waiting for your approval");
+  } else if (outcome.type === "cancelled") {
+    status("cancelled");
   }
+  const usage = (event.usage || [])[0];
+  if (usage) {
+    page.spend.input += usage.inputTokens || 0;
+    page.spend.output += usage.outputTokens || 0;
+    page.spend.cost += event.metadata?.fanloop?.costUsd || 0;
+    showSpend();
+  }
+}
+
+// A dangerous call waits for a person: show its question; the answer goes back as AG-UI
+// `resume` once every waiting call has one and no stream is in flight.
+function waitFor(turn, callId, name, args, preview, sub, interruptId) {
+  if (!callId) return;
+  const tool = turn.tool(callId, name, sub);
+  if (args !== undefined && !tool.args) tool.setArgs(args);
+  const key = interruptId || tool.waitKey || callId;
+  if (tool.waitKey && tool.waitKey !== key) page.waiting.delete(tool.waitKey);
+  tool.waitKey = key;
+  if (!page.waiting.has(key)) page.waiting.set(key, undefined);
+  tool.ask(preview || "", (id, approved, reason) => {
+    const answer = approved ? { approved: true } : { approved: false, reason };
+    page.waiting.set(tool.waitKey, answer);
+    return flushAnswers();
+  });
+}
+
+async function flushAnswers() {
+  if (page.abort || page.waiting.size === 0) return;
+  if ([...page.waiting.values()].some((answer) => answer === undefined)) return;
+  const resume = [...page.waiting].map(([interruptId, payload]) => ({
+    interruptId,
+    status: "resolved",
+    payload,
+  }));
+  page.waiting.clear();
+  await stream({ ...runInput([]), resume }, page.turn);
 }
 
 async function stream(body, turn) {
@@ -317,60 +367,87 @@ async function stream(body, turn) {
       body: JSON.stringify(body),
       signal: controller.signal,
     });
-    if (!response.ok) throw new Error(`${response.status} ${await response.text()}`);
+    if (!response.ok) {
+      let message = `${response.status}`;
+      try {
+        message = (await response.json()).error || message;
+      } catch {
+        // not JSON: keep the status
+      }
+      throw new Error(message);
+    }
     for await (const event of sse(response)) handle(event, turn);
   } catch (err) {
-    if (err.name !== "AbortError") turn.error(`the connection failed: ${err.message}`);
-    else status("stopped");
+    if (err.name === "AbortError") status("stopped");
+    else turn.error(`the connection failed: ${err.message}`);
   } finally {
     if (page.abort === controller) page.abort = null;
     busy(false);
     refreshSession();
     loadSessions();
   }
+  await flushAnswers(); // answers given while the stream was still open
 }
 
-function runInput(messages, forwardedProps) {
-  return {
-    threadId: page.threadId,
-    runId: newId(),
-    state: {},
-    messages,
-    tools: [],
-    context: [],
-    forwardedProps: forwardedProps || {},
-  };
+function runInput(messages) {
+  return { threadId: page.threadId, runId: newId(), state: {}, messages, tools: [], context: [] };
 }
 
-function send(prompt) {
-  if (!page.threadId) page.threadId = newId();
+async function send(prompt) {
   const turn = new Turn(prompt);
   page.turn = turn;
+  page.waiting.clear();
   status("");
-  return stream(runInput([{ id: newId(), role: "user", content: prompt }]), turn);
+  if (!page.threadId) {
+    try {
+      page.threadId = await newSession(prompt);
+    } catch (err) {
+      turn.error(`could not start a session: ${err.message}`);
+      return;
+    }
+  }
+  await stream(runInput([{ id: newId(), role: "user", content: prompt }]), turn);
 }
 
-async function answerApproval(callId, approved, reason) {
-  const answer = approved ? true : reason || false;
-  await stream(runInput([], { approvals: { [callId]: answer } }), page.turn);
+// A session made by the page keeps an account of its spend and has the first prompt as title.
+async function newSession(title) {
+  const response = await fetch("/api/sessions", {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ title }),
+  });
+  if (!response.ok) throw new Error(`${response.status}`);
+  return (await response.json()).id;
 }
 
 function busy(on) {
   $("send").disabled = on;
   $("stop").hidden = !on;
-  status(on ? "working…" : $("status").textContent === "working…" ? "" : $("status").textContent);
+  if (on) status("working…");
+  else if ($("status").textContent === "working…") status("");
 }
 
 // -- usage, sessions -----------------------------------------------------------------------------
 
+// The conversation's tokens and cost: the session's account when it keeps one, else what
+// the runs seen on this page reported.
 function showUsage(spend) {
-  const usage = spend.usage || spend;
-  const tokens = (usage.input_tokens || 0) + (usage.output_tokens || 0);
+  if (!spend || !spend.runs) return;
+  const usage = spend.usage || {};
+  page.spend = { input: usage.input_tokens || 0, output: usage.output_tokens || 0, cost: spend.cost_usd || 0 };
+  showSpend();
+}
+
+function showSpend() {
+  const { input, output, cost } = page.spend;
   $("usage-tokens").textContent =
-    `${tokens.toLocaleString()} tokens (in ${(usage.input_tokens || 0).toLocaleString()}, ` +
-    `out ${(usage.output_tokens || 0).toLocaleString()})`;
-  const cost = spend.cost_usd;
-  $("usage-cost").textContent = typeof cost === "number" ? `$${cost.toFixed(4)}` : "$–";
+    `${(input + output).toLocaleString()} tokens (in ${input.toLocaleString()}, out ${output.toLocaleString()})`;
+  $("usage-cost").textContent = `$${cost.toFixed(4)}`;
+}
+
+function resetSpend() {
+  page.spend = { input: 0, output: 0, cost: 0 };
+  showSpend();
 }
 
 async function getJSON(url) {
@@ -388,6 +465,9 @@ async function loadSessions() {
     return;
   }
   const list = $("session-list");
+  const shown = JSON.stringify([page.threadId, sessions]);
+  if (list.dataset.shown === shown) return; // unchanged: keep the buttons (and the focus)
+  list.dataset.shown = shown;
   list.replaceChildren(
     ...sessions.map((s) =>
       el(
@@ -422,6 +502,7 @@ async function openSession(id) {
   if (page.abort) return;
   const session = await getJSON(`/api/sessions/${encodeURIComponent(id)}`);
   page.threadId = session.id;
+  resetSpend();
   $("log").replaceChildren();
   let turn = null;
   const results = new Map();
@@ -433,10 +514,10 @@ async function openSession(id) {
         turn = new Turn(part.text);
       } else if (message.role === "assistant") {
         turn = turn || new Turn(null);
-        if (part.type === "text") turn.text(null, []).textContent = part.text;
-        else if (part.type === "thinking") turn.text(null, [], "thinking").textContent = part.text;
+        if (part.type === "text") turn.text(null, null).textContent = part.text;
+        else if (part.type === "thinking") turn.text(null, null, "thinking").textContent = part.text;
         else if (part.type === "tool_call") {
-          const tool = turn.tool(part.id, part.name, []);
+          const tool = turn.tool(part.id, part.name, null);
           tool.setArgs(part.arguments);
           const result = results.get(part.id);
           if (result) tool.result(result.content, result.is_error);
@@ -445,11 +526,8 @@ async function openSession(id) {
     }
   }
   page.turn = turn || new Turn(null);
-  for (const pending of session.pending) {
-    const tool = page.turn.tool(pending.call_id, pending.name, []);
-    if (!tool.args) tool.setArgs(pending.arguments);
-    tool.ask(pending.preview, answerApproval);
-  }
+  page.waiting.clear();
+  for (const p of session.pending) waitFor(page.turn, p.call_id, p.name, p.arguments, p.preview);
   showUsage(session.spend);
   loadSessions();
   $("log").scrollTop = $("log").scrollHeight;
@@ -458,9 +536,10 @@ async function openSession(id) {
 function newChat() {
   if (page.abort) page.abort.abort();
   page.threadId = null;
+  page.waiting.clear();
   page.turn = null;
   $("log").replaceChildren();
-  showUsage({ usage: {}, cost_usd: 0 });
+  resetSpend();
   loadSessions();
   $("prompt").focus();
 }
@@ -482,7 +561,15 @@ document.addEventListener("DOMContentLoaded", () => {
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     const prompt = box.value.trim();
-    if (!prompt || page.abort) return;
+    if (!prompt) return;
+    if (page.abort) {
+      status("the agent is still answering: wait, or press Stop");
+      return;
+    }
+    if ([...page.waiting.values()].some((answer) => answer === undefined)) {
+      status("answer the call waiting for your approval first");
+      return;
+    }
     box.value = "";
     send(prompt);
   });
