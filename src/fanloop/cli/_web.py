@@ -355,10 +355,12 @@ def _protocol_apps(agent: Agent[Any, Any], store: Store) -> dict[str, Any]:
         from .. import ui
     except ImportError:
         return apps
+    # An agent that approves everything itself (--yes) is left to do so; any other asks the page.
+    ask_browser = not agent.auto_approve
     for path, name in (("/ag-ui", "AGUIApp"), ("/api/chat", "VercelAIApp")):
         cls = getattr(ui, name, None)
         if cls is not None:
-            apps[path] = cls(agent, store=store)
+            apps[path] = cls(agent, store=store, ask_browser=ask_browser)
     return apps
 
 
