@@ -14,6 +14,7 @@ retry_after=0.1)``.
      ├── ApprovalError               resume() answers that do not match the pending approvals
      │    └── ApprovalConflict       another resume is answering them, or already has
      ├── RunIncomplete               RunResult.raise_if_incomplete(): the run did not complete
+     ├── RequestInvalid              a browser request (fanloop.ui) that is malformed or over a cap
      ├── ProviderError               a model call failed        .transient says "retry me"
      │    ├── RateLimited            429                        transient
      │    ├── Overloaded             529, "overloaded_error"    transient
@@ -58,6 +59,7 @@ __all__ = [
     "ProviderError",
     "ProviderTimeout",
     "RateLimited",
+    "RequestInvalid",
     "ResponseInvalid",
     "ResponseTooLarge",
     "RunIncomplete",
@@ -107,6 +109,19 @@ class RunIncomplete(FanloopError):
         super().__init__(message)
         self.result = result
         self.termination_reason = getattr(result, "termination_reason", None)
+
+
+class RequestInvalid(FanloopError, ValueError):
+    """A request from a browser client (:mod:`fanloop.ui`) that cannot be run: malformed,
+    over one of its caps, or asking for something the session cannot do. Nothing ran.
+
+    Attributes:
+        code: a short machine-readable name, e.g. ``"bad_json"``, ``"too_large"``.
+    """
+
+    def __init__(self, message: str = "", /, *, code: str = "invalid_request") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class ApprovalError(FanloopError, ValueError):
