@@ -376,3 +376,19 @@ async def test_a_deadline_ends_a_streamed_run_with_a_result() -> None:
     assert cancelled.is_set()
     assert events[-1].kind == "run_finished"
     assert run.result.termination_reason is TerminationReason.DEADLINE
+
+
+async def test_iterating_without_the_block_shows_the_right_form() -> None:
+    # The first thing an Agents SDK user writes: a TypeError naming the block, never a bare
+    # AssertionError (or an AttributeError under python -O), and no run is started.
+    provider = ScriptedProvider(["never sent"])
+    stream = Agent(provider).stream("hi")
+    with pytest.raises(TypeError, match=r"async with agent\.stream\(\.\.\.\) as run"):
+        async for _ in stream:
+            pass
+    with pytest.raises(TypeError, match="async with"):
+        await stream.__anext__()
+    assert provider.requests == []
+    async with stream as run:  # the same handle still works the right way
+        assert [e.kind async for e in run][-1] == "run_finished"
+    assert run.result.text == "never sent"

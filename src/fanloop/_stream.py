@@ -71,7 +71,8 @@ class RunStream(Generic[OutputT]):
         return self
 
     async def _produce(self) -> None:
-        assert self._send is not None
+        if self._send is None:  # pragma: no cover - started by __aenter__ only
+            raise RuntimeError("the run stream was not entered")
         with self._scope:  # the run's own scope: cancelling it leaves the consumer running
             async with self._send:
                 try:
@@ -84,7 +85,8 @@ class RunStream(Generic[OutputT]):
                     self._result = getattr(exc, "partial", None)
 
     async def _deliver(self, event: Event) -> None:
-        assert self._send is not None
+        if self._send is None:  # pragma: no cover - started by __aenter__ only
+            raise RuntimeError("the run stream was not entered")
         with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
             try:  # room in the buffer: no trip through the event loop per event
                 self._send.send_nowait(event)
@@ -93,15 +95,19 @@ class RunStream(Generic[OutputT]):
             # (a consumer that left is cancelling the run: the event is dropped)
 
     def __aiter__(self) -> RunStream[OutputT]:
+        if self._recv is None:
+            raise _not_entered()
         return self
 
     async def __anext__(self) -> Event:
-        assert self._recv is not None
+        recv = self._recv
+        if recv is None:
+            raise _not_entered()
         try:
             try:
-                return self._recv.receive_nowait()
+                return recv.receive_nowait()
             except anyio.WouldBlock:
-                return await self._recv.receive()
+                return await recv.receive()
         except anyio.EndOfStream:
             if self._error is not None and not self._error_raised:
                 self._error_raised = True
@@ -119,8 +125,8 @@ class RunStream(Generic[OutputT]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        assert self._tg is not None
-        assert self._recv is not None
+        if self._tg is None or self._recv is None:
+            raise RuntimeError("RunStream.__aexit__ without __aenter__")
         if self._result is None or exc_type is not None:
             self._recv.close()  # wakes a producer blocked on a full buffer
             self._scope.cancel()
@@ -138,3 +144,11 @@ class RunStream(Generic[OutputT]):
     def __repr__(self) -> str:
         state: Any = self._result.termination_reason if self._result else "running"
         return f"<RunStream {state}>"
+
+
+def _not_entered() -> TypeError:
+    return TypeError(
+        "agent.stream() opens a run that must be closed: write "
+        "`async with agent.stream(...) as run:` and then `async for event in run:` "
+        "(leaving the block early cancels the run)"
+    )
