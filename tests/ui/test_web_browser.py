@@ -133,6 +133,12 @@ def test_a_prompt_streams_sub_agents_run_side_by_side_and_an_approved_change_run
         open_page(driver, demo)
         assert driver.find_element(By.CSS_SELECTOR, "#demo").is_displayed()
 
+        box = driver.find_element(By.CSS_SELECTOR, "textarea#prompt")
+        box.send_keys("hello,", Keys.SHIFT, Keys.ENTER, Keys.SHIFT, "who are you?")
+        assert box.get_attribute("value") == "hello,\nwho are you?"  # Shift+Enter: a new line
+        assert not driver.find_elements(By.CSS_SELECTOR, ".turn")  # nothing sent yet
+        box.clear()
+
         ask(driver, "hello, who are you?")
         wait(driver, contains(".assistant .text", "two sub-agents work in parallel"), "no answer")
         assert "hello, who are you?" in text_of(driver, ".user")
@@ -174,9 +180,14 @@ def test_a_denied_change_shows_the_reason_and_sessions_are_resumed(
         wait(driver, ec.element_to_be_clickable(button("Deny")), "no Deny")
         driver.find_element(By.CSS_SELECTOR, ".approval input.reason").send_keys("not today")
         driver.find_element(*button("Deny")).click()
-        wait(driver, contains(".assistant .text", "left notes.md alone"), "no answer to Deny")
-        assert "not today" in text_of(driver, ".assistant .text")
+        # the model read the reason: its answer quotes it
+        wait(driver, contains(".assistant .text", "by the user: not today)."), "no answer to Deny")
+        assert "left notes.md alone" in text_of(driver, ".assistant .text")
         assert "Denied: not today" in text_of(driver, ".approval .answer")
+        declined = driver.find_element(By.CSS_SELECTOR, "details.tool[data-state='declined']")
+        assert "not today" in declined.find_element(By.CSS_SELECTOR, ".tool-result").get_attribute(
+            "textContent"
+        )
 
         # A new chat, then back to the first session from the list: its history is shown and
         # the next prompt continues it.

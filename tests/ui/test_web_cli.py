@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import signal
 import subprocess
 import sys
@@ -57,6 +59,89 @@ def test_the_demo_serves_the_page_its_files_and_a_favicon(home: Path) -> None:
         code = web.stop(signal.SIGINT)
     assert code == 0, web.stderr
     assert "stopped" in web.rest
+    assert "Traceback" not in web.stderr
+
+
+def test_both_protocols_are_served_and_sessions_are_shared(home: Path) -> None:
+    with (
+        WebServer("--demo", env=web_env(home)) as web,
+        httpx2.Client(base_url=web.base, trust_env=False, timeout=30) as client,
+    ):
+        assert client.get("/api/info").json()["endpoints"] == {"ag_ui": True, "vercel": True}
+        made = client.post("/api/sessions", json={"title": "  my   first\nchat  "})
+        assert made.status_code == 201
+        sid = made.json()["id"]
+        agui = {
+            "threadId": sid,
+            "runId": "r1",
+            "messages": [{"id": "m1", "role": "user", "content": "hello there"}],
+        }
+        with client.stream("POST", "/ag-ui", json=agui) as answer:
+            assert answer.headers["content-type"].startswith("text/event-stream")
+            events = [
+                json.loads(line[5:]) for line in answer.iter_lines() if line.startswith("data:")
+            ]
+        assert events[0]["type"] == "RUN_STARTED" and events[-1]["type"] == "RUN_FINISHED"
+        chat = {
+            "id": sid,
+            "messages": [{"id": "u2", "role": "user", "parts": [{"type": "text", "text": "hi"}]}],
+        }
+        with client.stream("POST", "/api/chat", json=chat) as answer:
+            assert answer.headers["x-vercel-ai-ui-message-stream"] == "v1"
+            lines = [line for line in answer.iter_lines() if line.startswith("data:")]
+        assert lines[-1] == "data: [DONE]"
+        listed = client.get("/api/sessions").json()
+        assert [(s["id"], s["title"], s["message_count"]) for s in listed] == [
+            (sid, "my first chat", 4)
+        ]
+        session = client.get(f"/api/sessions/{sid}").json()
+        assert [m["role"] for m in session["messages"]] == ["user", "assistant"] * 2
+        spend = session["spend"]  # a session the page made keeps an account
+        assert spend["runs"] == 2 and spend["usage"]["input_tokens"] == 480
+        assert spend["cost_usd"] > 0
+        # a thread another client started has no title: its first prompt stands in
+        agui["threadId"], agui["runId"] = "from-elsewhere", "r2"
+        with client.stream("POST", "/ag-ui", json=agui) as answer:
+            answer.read()
+        titles = {s["id"]: s["title"] for s in client.get("/api/sessions").json()}
+        assert titles["from-elsewhere"] == "hello there"
+
+
+def test_a_new_session_wants_json(home: Path) -> None:
+    with (
+        WebServer("--demo", env=web_env(home)) as web,
+        httpx2.Client(base_url=web.base, trust_env=False, timeout=10) as client,
+    ):
+        form = client.post("/api/sessions", data={"title": "x"})
+        assert form.status_code == 415  # a cross-site form cannot make one
+        huge = client.post("/api/sessions", json={"title": "x" * 20_000})
+        assert huge.status_code == 201
+        listed = client.get("/api/sessions").json()
+        assert listed[0]["title"] is None  # an oversized body is not read as a title
+
+
+def test_ctrl_c_while_a_run_streams_stops_it_cleanly(home: Path) -> None:
+    web = WebServer("--demo", env=web_env(home))
+    try:
+        body = {
+            "threadId": "t-stop",
+            "runId": "r1",
+            "messages": [{"id": "m1", "role": "user", "content": "plan a long trip"}],
+        }
+        with (
+            httpx2.Client(base_url=web.base, trust_env=False, timeout=30) as client,
+            client.stream("POST", "/ag-ui", json=body) as answer,
+        ):
+            lines = answer.iter_lines()
+            assert "RUN_STARTED" in next(line for line in lines if line.startswith("data:"))
+            web.proc.send_signal(signal.SIGINT)
+            rest: list[str] = []
+            with contextlib.suppress(httpx2.RemoteProtocolError):
+                rest.extend(lines)  # the server ends the stream as it stops
+        assert not any("RUN_FINISHED" in line and "success" in line for line in rest)
+    finally:
+        code = web.stop(timeout=20)
+    assert code == 0, web.stderr
     assert "Traceback" not in web.stderr
 
 

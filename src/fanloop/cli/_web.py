@@ -372,6 +372,7 @@ class Guard:
         self.app = app
         self.token = None if options.token is None else options.token.encode()
         self.loopback = options.loopback
+        self.stopping = anyio.Event()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -391,8 +392,12 @@ class Guard:
             await _plain(send, 401, "a token is needed: open the URL fanloop web printed")
             return
 
+        started = finished = False
+
         async def send_with_headers(message: Any) -> None:
+            nonlocal started, finished
             if message["type"] == "http.response.start":
+                started = True
                 message = dict(message)
                 message["headers"] = [
                     *message.get("headers", []),
@@ -400,9 +405,35 @@ class Guard:
                     (b"x-frame-options", b"DENY"),
                     (b"referrer-policy", b"no-referrer"),
                 ]
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                finished = True
             await send(message)
 
-        await self.app(scope, receive, send_with_headers)
+        async def receive_until_stopped() -> Any:
+            """The client's next message, or a disconnect once the server is stopping: a
+            stream still open then ends its run as it would for a client that left."""
+            if self.stopping.is_set():
+                return _DISCONNECT
+            message: Any = _DISCONNECT
+            async with anyio.create_task_group() as tg:
+
+                async def next_message() -> None:
+                    nonlocal message
+                    message = await receive()
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(next_message)
+                await self.stopping.wait()
+                tg.cancel_scope.cancel()
+            return message
+
+        await self.app(scope, receive_until_stopped, send_with_headers)
+        if started and not finished and self.stopping.is_set():
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    def stop(self) -> None:
+        """The server is stopping: every open request sees its client leave."""
+        self.stopping.set()
 
     def _refusal(self, scope: Any, headers: dict[str, str]) -> str | None:
         host = headers.get("host", "")
@@ -425,6 +456,9 @@ class Guard:
             cookie.load(headers.get("cookie", ""))
         morsel = cookie.get(TOKEN_COOKIE)
         return morsel is not None and hmac.compare_digest(morsel.value.encode(), self.token)
+
+
+_DISCONNECT = {"type": "http.disconnect"}
 
 
 def _hostname(host: str) -> str:
@@ -538,6 +572,9 @@ async def serve(
                 if server.should_exit:
                     server.force_exit = True
                 server.should_exit = True
+                stop = getattr(app, "stop", None)
+                if stop is not None:
+                    stop()  # open streams end their runs, so the shutdown need not wait
 
     async with anyio.create_task_group() as tg:
         if sys.platform != "win32" and threading.current_thread() is threading.main_thread():
