@@ -297,6 +297,24 @@ async def _demo_run(
         return run.result, events, server
 
 
+@pytest.mark.parametrize(
+    ("prompt", "kind"),
+    [
+        ("Please change the greeting", "change"),
+        ("EDITING the plan now", "change"),
+        ("explain the credit prefix", "text"),
+        ("Compare two options", "research"),
+        ("plan and write a trip", "change"),  # a change wins: it is the one with a question
+    ],
+)
+def test_the_demo_model_reads_words_not_pieces_of_words(prompt: str, kind: str) -> None:
+    body = {"messages": [{"role": "user", "content": prompt}]}
+    answer = ChatScript()(body)
+    names = [c.name for c in answer.tool_calls]
+    expected = {"change": ["write_file"], "research": ["delegate", "delegate"], "text": []}
+    assert names == expected[kind]
+
+
 class _Pace:
     search = 0.01
 

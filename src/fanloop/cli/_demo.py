@@ -15,6 +15,7 @@ temporary directory that is removed afterwards.
 from __future__ import annotations
 
 import argparse
+import re
 import tempfile
 import time
 from dataclasses import dataclass
@@ -183,7 +184,21 @@ class Script:
         return reply(answer, usage=Usage(input_tokens=510, output_tokens=52))
 
 
-CHANGE_WORDS = ("change", "edit", "write", "delete", "remove", "save", "create", "update", "fix")
+CHANGE_WORDS = (
+    "change",
+    "edit",
+    "write",
+    "delete",
+    "remove",
+    "save",
+    "create",
+    "update",
+    "fix",
+    "modify",
+    "rename",
+    "replace",
+    "append",
+)
 """A prompt with one of these words makes :class:`ChatScript` ask for a dangerous call."""
 RESEARCH_WORDS = ("plan", "research", "compare", "parallel", "sub-agent", "subagent")
 """A prompt with one of these words makes :class:`ChatScript` delegate to two sub-agents."""
@@ -205,8 +220,9 @@ def chat_tools(pace: Pace) -> list[Any]:
 
 
 def _words(text: str, words: tuple[str, ...]) -> bool:
+    """Whether a word of ``text`` starts with one of ``words`` ("edits" yes, "credit" no)."""
     lowered = text.lower()
-    return any(word in lowered for word in words)
+    return any(re.search(r"\b" + re.escape(word), lowered) for word in words)
 
 
 def _echo(text: str) -> str:
