@@ -171,6 +171,23 @@ def test_a_prompt_streams_sub_agents_run_side_by_side_and_an_approved_change_run
         assert console_errors(driver) == []
 
 
+def reopen(driver: Any, title: str) -> None:
+    """ "New chat", then the session titled ``title`` from the list."""
+    driver.find_element(*button("New chat")).click()
+    wait(driver, lambda d: not d.find_elements(By.CSS_SELECTOR, ".turn"), "not cleared")
+    listed = f"//ul[@id='session-list']//button[contains(., '{title}')]"
+
+    def click_listed(d: Any) -> bool:
+        try:
+            d.find_element(By.XPATH, listed).click()
+        except (NoSuchElementException, StaleElementReferenceException):
+            return False  # not listed yet, or the list was just redrawn
+        return True
+
+    wait(driver, click_listed, "the session is not listed")
+    wait(driver, contains(".user", title), "the history is not shown")
+
+
 def test_a_denied_change_shows_the_reason_and_sessions_are_resumed(
     demo: WebServer, tmp_path: Path
 ) -> None:
@@ -178,6 +195,12 @@ def test_a_denied_change_shows_the_reason_and_sessions_are_resumed(
         open_page(driver, demo)
         ask(driver, "delete the old notes")
         wait(driver, ec.element_to_be_clickable(button("Deny")), "no Deny")
+
+        # Leave the question unanswered: the session, opened again, asks it again.
+        reopen(driver, "delete the old notes")
+        wait(driver, ec.element_to_be_clickable(button("Deny")), "the question is not asked again")
+        assert "write_file" in text_of(driver, "details.tool[data-state='waiting']")
+
         driver.find_element(By.CSS_SELECTOR, ".approval input.reason").send_keys("not today")
         driver.find_element(*button("Deny")).click()
         # the model read the reason: its answer quotes it
@@ -189,21 +212,9 @@ def test_a_denied_change_shows_the_reason_and_sessions_are_resumed(
             "textContent"
         )
 
-        # A new chat, then back to the first session from the list: its history is shown and
-        # the next prompt continues it.
-        driver.find_element(*button("New chat")).click()
-        wait(driver, lambda d: not d.find_elements(By.CSS_SELECTOR, ".turn"), "not cleared")
-        listed = "//ul[@id='session-list']//button[contains(., 'delete the old notes')]"
-
-        def click_listed(d: Any) -> bool:
-            try:
-                d.find_element(By.XPATH, listed).click()
-            except (NoSuchElementException, StaleElementReferenceException):
-                return False  # not listed yet, or the list was just redrawn
-            return True
-
-        wait(driver, click_listed, "the session is not listed")
-        wait(driver, contains(".user", "delete the old notes"), "the history is not shown")
+        # Back to the session from the list: its history is shown and the next prompt
+        # continues it.
+        reopen(driver, "delete the old notes")
         assert "left notes.md alone" in text_of(driver, ".assistant .text")
         ask(driver, "thanks")
         wait(driver, contains(".assistant .text", "You said: “thanks”"), "no second answer")
