@@ -30,6 +30,7 @@ import bench_core
 import bench_durable
 import bench_http
 import bench_startup
+import bench_ui
 from _common import Row, table, write
 from _server import serve
 from fanloop import Agent, tool
@@ -340,6 +341,8 @@ def main() -> None:
     rows += anyio.run(core, 1 if quick else 15)
     step("durable runs (PostgreSQL)")
     rows += anyio.run(bench_durable.per_turn, 3 if quick else 20, 1 if quick else 5)
+    step("AG-UI endpoint: concurrent SSE clients")
+    rows += bench_ui.rows(20 if quick else 500)
     step("done")
     text = table(rows)
     header = (

@@ -47,6 +47,7 @@ def test_quick_benchmark_run_prints_and_writes_the_table(tmp_path: Path) -> None
         "import fanloop",
         "creating",
         "ScriptedProvider",
+        "AG-UI endpoint",
     ):
         assert workload in written, workload
     assert "| errors (of 20 runs) | 0  | 0  |" in written

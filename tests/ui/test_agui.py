@@ -4,6 +4,7 @@ disconnects, slow clients, many clients. The protocol's own checks are in
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 import subprocess
@@ -311,3 +312,233 @@ async def test_five_hundred_concurrent_clients() -> None:
                     for i in range(n):
                         tg.start_soon(one, i)
     assert sorted(finished) == sorted(f"c{i}" for i in range(n))
+
+
+async def test_parallel_sub_agents_interleave_each_tagged_with_its_lineage() -> None:
+    def respond(request: ModelRequest) -> Any:
+        if "sub-agent" in (request.system or ""):
+            return "findings about " + request.messages[-1].text
+        if len(request.messages) == 1:
+            return reply(
+                tool_calls=[call("delegate", task="north"), call("delegate", task="south")]
+            )
+        return "Merged."
+
+    provider = ScriptedProvider(respond, chunk_size=2, delay=0.002)
+    with serve(AGUIApp(Agent(provider, delegation=True))) as url:
+        events = await post(url, run_input())
+    started = {e["subagentRunId"]: e for e in events if e["type"] == "SUBAGENT_STARTED"}
+    assert len(started) == 2
+    calls = {e["toolCallId"] for e in events if e["type"] == "TOOL_CALL_START"}
+    assert {s["parentToolCallId"] for s in started.values()} == calls
+    texts = {
+        sub: "".join(
+            e["delta"]
+            for e in events
+            if e["type"] == "TEXT_MESSAGE_CONTENT" and e.get("subagentRunId") == sub
+        )
+        for sub in started
+    }
+    assert sorted(texts.values()) == ["findings about north", "findings about south"]
+    order = [e.get("subagentRunId") for e in events if e["type"] == "TEXT_MESSAGE_CONTENT"]
+    switches = sum(1 for a, b in itertools.pairwise(order) if a != b)
+    assert switches >= 3, "the two sub-agents did not stream side by side"
+    finished = [e["subagentRunId"] for e in events if e["type"] == "SUBAGENT_FINISHED"]
+    assert sorted(finished) == sorted(started)
+
+
+async def test_a_provider_error_ends_the_stream_with_run_error() -> None:
+    from fanloop.errors import AuthenticationError
+
+    provider = ScriptedProvider([AuthenticationError("bad key", status_code=401)])
+    with serve(AGUIApp(Agent(provider))) as url:
+        events = await post(url, run_input())
+    assert [e["type"] for e in events] == [
+        "RUN_STARTED",
+        "STEP_STARTED",
+        "STEP_FINISHED",
+        "RUN_ERROR",
+    ]
+    assert events[-1]["code"] == "provider_error" and "bad key" in events[-1]["message"]
+
+
+async def test_a_thread_runs_one_request_at_a_time() -> None:
+    provider = ScriptedProvider(lambda request: "slow " * 200, chunk_size=5, delay=0.01)
+    with serve(AGUIApp(Agent(provider))) as url:
+        async with (
+            httpx2.AsyncClient(timeout=60) as client,
+            client.stream("POST", url, json=run_input("busy", "one")) as first,
+        ):
+            lines = first.aiter_lines()
+            async for line in lines:
+                if "TEXT_MESSAGE_CONTENT" in line:
+                    break
+            second = await post(url, run_input("busy", "two"))
+            rest = [line async for line in lines if line.startswith("data: ")]
+    assert second[-1]["type"] == "RUN_ERROR" and second[-1]["code"] == "session_busy"
+    assert json.loads(rest[-1][6:])["type"] == "RUN_FINISHED"
+
+
+async def test_without_ask_browser_the_agents_own_confirm_decides() -> None:
+    from _agui_child import delete_file
+
+    def confirm(name: str, preview: str) -> str:
+        return f"no {name} today"
+
+    script = [reply(tool_calls=[call("delete_file", path="x")]), "Understood."]
+    agent = Agent(ScriptedProvider(script), tools=[delete_file], confirm=confirm)
+    events = [e async for e in AGUIApp(agent, ask_browser=False).events(run_input())]
+    assert events[-1]["outcome"] == {"type": "success"}
+    result = next(e for e in events if e["type"] == "TOOL_CALL_RESULT")
+    assert result["content"] == "no delete_file today"
+
+
+async def test_client_tools_wait_for_the_client_even_with_auto_approve() -> None:
+    from _agui_child import delete_file
+
+    script = [
+        reply(tool_calls=[call("ask_user", q="sure?"), call("delete_file", path="x")]),
+        "Both done.",
+    ]
+    provider = ScriptedProvider(script)
+    app = AGUIApp(Agent(provider, tools=[delete_file], auto_approve=True), ask_browser=False)
+    tools = [{"name": "ask_user", "description": "Ask the user", "parameters": {"type": "object"}}]
+    first = [e async for e in app.events(run_input("c", "go", tools=tools))]
+    assert first[-1]["outcome"]["type"] == "success"
+    (pending,) = first[-1]["outcome"]["pendingToolCallIds"]
+    body = run_input("c", "go", tools=tools)
+    body["messages"] += [
+        {
+            "id": "a",
+            "role": "assistant",
+            "toolCalls": [
+                {
+                    "id": pending,
+                    "type": "function",
+                    "function": {"name": "ask_user", "arguments": "{}"},
+                }
+            ],
+        },
+        {"id": "r", "role": "tool", "toolCallId": pending, "content": "yes"},
+    ]
+    second = [e async for e in app.events(body)]
+    results = [e["content"] for e in second if e["type"] == "TOOL_CALL_RESULT"]
+    assert results == ["deleted x"]  # the client's own result is not echoed back
+    assert second[-1]["result"] == "Both done."
+    sent = provider.requests[-1].messages[-1].tool_results_parts
+    assert [p.content for p in sent] == ["yes", "deleted x"]
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "bad_json"),  # nesting past the parser's recursion
+        ('{"threadId": "t", "runId": "r", "messages": 5}', "bad_input"),
+        ('{"threadId": "t\\u0000", "runId": "r", "messages": []}', "bad_id"),
+        ('{"threadId": "t", "runId": "r", "messages": ["hi"]}', "bad_input"),
+        ('{"threadId": "t", "runId": "r", "messages": [{"role": "tool"}]}', "bad_input"),
+        (json.dumps({**run_input(), "tools": [{"name": "a"}, {"name": "a"}]}), "bad_tool"),
+        (
+            '{"threadId": "t", "runId": "r", "messages": [], "resume": [{"interruptId": 1}]}',
+            "bad_input",
+        ),
+    ],
+)
+def test_hostile_inputs_are_typed_errors(body: str, code: str) -> None:
+    app = AGUIApp(Agent(ScriptedProvider(["x"])))
+    with pytest.raises(RequestInvalid) as caught:
+        app.events(body)
+    assert caught.value.code == code
+
+
+async def test_a_request_over_the_message_cap_is_refused() -> None:
+    body = run_input()
+    body["messages"] = [{"id": str(i), "role": "user", "content": "x"} for i in range(2_001)]
+    with pytest.raises(RequestInvalid) as caught:
+        AGUIApp(Agent(ScriptedProvider(["x"]))).events(body)
+    assert caught.value.code == "too_large"
+
+
+async def test_images_in_a_user_message_reach_the_model() -> None:
+    import base64
+
+    from fanloop.messages import ImagePart
+
+    png = b"\x89PNG\r\n\x1a\n" + b"\x00" * 32
+    provider = ScriptedProvider(["A tiny image."])
+    body = run_input()
+    body["messages"] = [
+        {
+            "id": "m",
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "What is this?"},
+                {
+                    "type": "image",
+                    "source": {
+                        "type": "data",
+                        "value": base64.b64encode(png).decode(),
+                        "mimeType": "image/png",
+                    },
+                },
+            ],
+        }
+    ]
+    events = [e async for e in AGUIApp(Agent(provider)).events(body)]
+    assert events[-1]["result"] == "A tiny image."
+    sent = provider.requests[0].messages[0].content
+    assert sent[0].text == "What is this?"
+    assert isinstance(sent[1], ImagePart) and sent[1].data == png
+    bad = {
+        **body,
+        "messages": [
+            {
+                "id": "m",
+                "role": "user",
+                "content": [{"type": "image", "source": {"type": "data", "value": "not base64!"}}],
+            }
+        ],
+    }
+    with pytest.raises(RequestInvalid) as caught:
+        AGUIApp(Agent(provider)).events(bad)
+    assert caught.value.code == "bad_part"
+
+
+async def test_a_client_result_is_taken_even_when_the_tool_is_not_declared_again() -> None:
+    provider = ScriptedProvider([reply(tool_calls=[call("pick", n=1)]), "Got it."])
+    app = AGUIApp(Agent(provider))
+    tools = [{"name": "pick", "description": "Pick a number", "parameters": {"type": "object"}}]
+    first = [e async for e in app.events(run_input("p", "go", tools=tools))]
+    (pending,) = first[-1]["outcome"]["pendingToolCallIds"]
+    body = run_input("p", "go")  # no tools this time
+    body["messages"] += [
+        {
+            "id": "a",
+            "role": "assistant",
+            "toolCalls": [
+                {"id": pending, "type": "function", "function": {"name": "pick", "arguments": "{}"}}
+            ],
+        },
+        {"id": "r", "role": "tool", "toolCallId": pending, "content": "7"},
+    ]
+    second = [e async for e in app.events(body)]
+    assert not any(e["type"] == "TOOL_CALL_RESULT" for e in second)
+    assert second[-1]["result"] == "Got it."
+    assert provider.requests[-1].messages[-1].tool_results_parts[0].content == "7"
+
+
+async def test_text_that_is_not_valid_unicode_still_streams() -> None:
+    provider = ScriptedProvider(["half a pair \ud83d and é"])
+    with serve(AGUIApp(Agent(provider))) as url:
+        events = await post(url, run_input())
+    assert events[-1]["type"] == "RUN_FINISHED"
+    text = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+    assert text.startswith("half a pair") and text.endswith("and é")
+
+
+def test_the_public_names_are_pinned() -> None:
+    import fanloop.ui
+
+    assert sorted(fanloop.ui.__all__) == fanloop.ui.__all__
+    assert {"AGUIApp", "agui_events"} <= set(fanloop.ui.__all__)
+    assert RequestInvalid.__module__ == "fanloop.errors"

@@ -60,7 +60,12 @@ def test_approval_round_trip_with_resume(node_modules: Path) -> None:
     )
     app = AGUIApp(Agent(provider, tools=[delete_file]))
     report = drive(
-        node_modules, app, threadId="t", prompt="delete a.txt", answers={"delete_file": True}
+        node_modules,
+        app,
+        threadId="t",
+        prompt="delete a.txt",
+        answers={"delete_file": True},
+        reload=True,
     )
     first, second = report["runs"]
     assert first["finished"]["outcome"] == "interrupt"
@@ -73,6 +78,21 @@ def test_approval_round_trip_with_resume(node_modules: Path) -> None:
     assert result["content"] == "deleted a.txt"
     assert second["finished"]["outcome"] == "success"
     assert report["messages"][-1]["content"] == "Done."
+    # a page opened again on the thread gets the conversation as a MESSAGES_SNAPSHOT
+    reload = report["reload"]
+    assert reload["invalid"] == []
+    assert [e["type"] for e in reload["events"]] == [
+        "RUN_STARTED",
+        "MESSAGES_SNAPSHOT",
+        "RUN_FINISHED",
+    ]
+    shown = [(m["role"], m.get("content")) for m in reload["messages"]]
+    assert shown == [
+        ("user", "delete a.txt"),
+        ("assistant", "Deleting it."),
+        ("tool", "deleted a.txt"),
+        ("assistant", "Done."),
+    ]
 
 
 def test_a_declined_call_shows_its_reason(node_modules: Path) -> None:

@@ -19,4 +19,4 @@ any process sharing the store; a client that disconnects cancels its run.
 from ._agui import AGUIApp, agui_events
 from ._vercel import UI_MESSAGE_STREAM_HEADERS, VercelAIApp, vercel_chunks
 
-__all__ = ["UI_MESSAGE_STREAM_HEADERS", "AGUIApp", "VercelAIApp", "agui_events", "vercel_chunks"]
+__all__ = ["AGUIApp", "UI_MESSAGE_STREAM_HEADERS", "VercelAIApp", "agui_events", "vercel_chunks"]

@@ -6,8 +6,10 @@ ran (tools it declared in ``tools``); ``resume`` answers the interrupts of the p
 (approvals of dangerous calls); ``state`` is kept with the thread. When the store does not
 know the thread yet, the earlier messages seed its session.
 
-Run → events: ``RUN_STARTED``; ``TEXT_MESSAGE_*`` for text, ``REASONING_*`` for thinking,
-``TOOL_CALL_START/ARGS/END`` as a call streams and ``TOOL_CALL_RESULT`` when it has run;
+Run → events: ``RUN_STARTED``; ``STATE_SNAPSHOT`` / ``MESSAGES_SNAPSHOT`` for a client that
+sent no state / no messages on a known thread; ``TEXT_MESSAGE_*`` for text, ``REASONING_*``
+for thinking, ``TOOL_CALL_START/ARGS/END`` as a call streams and ``TOOL_CALL_RESULT`` when it
+has run;
 ``STEP_STARTED/FINISHED`` around each model turn; ``SUBAGENT_STARTED/FINISHED`` around a
 sub-agent, whose events carry its ``subagentRunId`` (its agent path is in the started
 event's ``metadata.fanloop.agentPath``); ``CUSTOM`` events ``fanloop.approval_requested`` /
@@ -32,11 +34,13 @@ from ._core import (
     Bridge,
     ClientToolSpec,
     Lineage,
+    PromptPart,
     Turn,
     answer_of,
     check_session_id,
     check_tool_name,
     loads,
+    media_part,
     read_body,
     send_json,
     serve_sse,
@@ -155,9 +159,12 @@ class AGUIApp:
         yield enc.started()
         try:
             async with self.bridge.start(turn, request=body) as started:
+                enc.client_names = self.bridge.client_tool_names(turn)  # as the run has them
                 state = await _sync_state(started.session, meta)
                 if state is not None:
                     yield {"type": "STATE_SNAPSHOT", "snapshot": state}
+                if not meta.has_messages and started.session.messages:
+                    yield {"type": "MESSAGES_SNAPSHOT", "messages": snapshot(started.session)}
                 if started.stream is None:
                     for event in enc.idle(started.pending):
                         yield event
@@ -215,13 +222,16 @@ async def agui_events(
 
 
 class _Meta:
-    __slots__ = ("has_state", "run_id", "state", "thread_id")
+    __slots__ = ("has_messages", "has_state", "run_id", "state", "thread_id")
 
-    def __init__(self, thread_id: str, run_id: str, state: Any, has_state: bool) -> None:
+    def __init__(
+        self, thread_id: str, run_id: str, state: Any, has_state: bool, has_messages: bool
+    ) -> None:
         self.thread_id = thread_id
         self.run_id = run_id
         self.state = state
         self.has_state = has_state
+        self.has_messages = has_messages
 
 
 def parse_input(body: Any) -> tuple[Turn, _Meta]:
@@ -256,7 +266,7 @@ def parse_input(body: Any) -> tuple[Turn, _Meta]:
             f"- {str(c.get('description', ''))[:200]}: {str(c.get('value', ''))[:4000]}"
             for c in context
         )
-        prompt = f"{prompt}\n\nContext from the application:\n{notes}"
+        prompt = [*prompt, f"Context from the application:\n{notes}"]
     state = body.get("state")
     has_state = state is not None and state != {}
     if has_state and len(json.dumps(state, default=str)) > MAX_STATE_BYTES:
@@ -270,7 +280,7 @@ def parse_input(body: Any) -> tuple[Turn, _Meta]:
         client_results=results,
         client_tools=tools,
     )
-    return turn, _Meta(thread_id, run_id, state, has_state)
+    return turn, _Meta(thread_id, run_id, state, has_state, bool(messages))
 
 
 def _list(body: dict[str, Any], key: str, cap: int) -> list[Any]:
@@ -300,7 +310,7 @@ def _tool(value: Any) -> ClientToolSpec:
 
 def _split(
     messages: list[Any],
-) -> tuple[list[Message], str | None, str | None, dict[str, ToolResultPart]]:
+) -> tuple[list[Message], list[PromptPart] | None, str | None, dict[str, ToolResultPart]]:
     """Earlier history, the new prompt (and its message id), and client tool results."""
     last_assistant = -1
     for i, m in enumerate(messages):
@@ -310,7 +320,7 @@ def _split(
             last_assistant = i
     tail = messages[last_assistant + 1 :]
     results: dict[str, ToolResultPart] = {}
-    prompts: list[str] = []
+    prompt: list[PromptPart] = []
     input_id: str | None = None
     for m in tail:
         role = m.get("role")
@@ -318,14 +328,37 @@ def _split(
             part = _result(m)
             results[part.call_id] = part
         elif role == "user":
-            text = text_of(m.get("content"))
-            if text:
-                prompts.append(text)
+            parts = _parts(m.get("content"))
+            if parts:
+                prompt += parts
                 mid = m.get("id")
                 input_id = mid[:200] if isinstance(mid, str) else None
-    history = _history(messages[: last_assistant + 1] if prompts or results else messages)
-    prompt = "\n\n".join(prompts) if prompts else None
-    return history, prompt, input_id, results
+    history = _history(messages[: last_assistant + 1] if prompt or results else messages)
+    return history, prompt or None, input_id, results
+
+
+MAX_PARTS = 64
+
+
+def _parts(content: Any) -> list[PromptPart]:
+    """A user message's content: text, images and PDFs in order (audio, video and other
+    files are left out)."""
+    if isinstance(content, str):
+        return [content] if content else []
+    if not isinstance(content, list):
+        return []
+    if len(content) > MAX_PARTS:
+        raise RequestInvalid(f"a message has more than {MAX_PARTS} parts", code="too_large")
+    out: list[PromptPart] = []
+    for part in content:
+        if not isinstance(part, dict):
+            continue
+        kind = part.get("type")
+        if kind == "text" and isinstance(part.get("text"), str) and part["text"]:
+            out.append(part["text"])
+        elif kind in ("image", "document"):
+            out.append(media_part(kind, part.get("source")))
+    return out
 
 
 def _result(m: dict[str, Any]) -> ToolResultPart:
@@ -355,9 +388,9 @@ def _history(messages: Iterable[dict[str, Any]]) -> list[Message]:
             out.append(Message.tool_results(results))
             results = []
         if role == "user":
-            text = text_of(m.get("content"))
-            if text:
-                out.append(user_message(text))
+            given = _parts(m.get("content"))
+            if given:
+                out.append(user_message(given))
         elif role == "assistant":
             parts: list[TextPart | ToolCallPart] = []
             content = m.get("content")
@@ -385,6 +418,53 @@ def _call(value: Any) -> ToolCallPart:
         name=str(fn.get("name", ""))[:64],
         arguments=args if isinstance(args, dict) else {},
     )
+
+
+MAX_SNAPSHOT = 1_000
+"""The most messages a ``MESSAGES_SNAPSHOT`` carries (the latest ones)."""
+
+
+def snapshot(session: Any) -> list[dict[str, Any]]:
+    """A session's conversation as AG-UI messages, for a client that has none (a reloaded
+    page): user and assistant messages (with their tool calls) and tool results. Ids are
+    ``<session id>:<index>``; a tool result's is ``<session id>:<index>:<call id>``."""
+    out: list[dict[str, Any]] = []
+    messages = session.messages
+    start = max(0, len(messages) - MAX_SNAPSHOT)
+    for index in range(start, len(messages)):
+        message = messages[index]
+        mid = f"{session.id}:{index}"
+        results = message.tool_results_parts
+        if results:
+            for part in results:
+                tool: dict[str, Any] = {
+                    "id": f"{mid}:{part.call_id}",
+                    "role": "tool",
+                    "toolCallId": part.call_id,
+                    "content": part.content,
+                }
+                if part.is_error:
+                    tool["error"] = part.content[:2_000] or "error"
+                out.append(tool)
+            continue
+        if message.role == "user":
+            out.append({"id": mid, "role": "user", "content": message.text})
+            continue
+        entry: dict[str, Any] = {"id": mid, "role": "assistant"}
+        if message.text:
+            entry["content"] = message.text
+        calls = message.tool_calls
+        if calls:
+            entry["toolCalls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
+                }
+                for c in calls
+            ]
+        out.append(entry)
+    return out
 
 
 async def _sync_state(session: Any, meta: _Meta) -> Any:

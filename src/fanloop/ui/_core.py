@@ -30,6 +30,8 @@ may answer all of them at once.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextvars
 import inspect
 import json
@@ -49,18 +51,31 @@ from .._log import logger
 from .._stream import RunStream
 from ..errors import ApprovalError, RequestInvalid
 from ..events import Event
-from ..messages import Message, TextPart, ToolCallPart, ToolResultPart
+from ..messages import DocumentPart, ImagePart, Message, TextPart, ToolCallPart, ToolResultPart
 from ..sessions import MemoryStore, Session, SessionStore
 from ..tools.base import Tool, ToolResult, current_context
+
+PromptPart = str | ImagePart | DocumentPart
 
 __all__ = [
     "Bridge",
     "ClientTool",
+    "ClientToolSpec",
     "Lineage",
+    "PromptPart",
+    "Started",
     "Turn",
+    "answer_of",
+    "check_session_id",
+    "check_tool_name",
+    "loads",
+    "media_part",
     "read_body",
+    "send_json",
     "serve_sse",
     "sse_frame",
+    "text_of",
+    "user_message",
 ]
 
 MAX_TOOL_NAME = 64
@@ -95,7 +110,8 @@ class Turn:
 
     Attributes:
         session_id: the conversation (thread id, chat id).
-        prompt: the new user input, or ``None`` (answers only, or nothing new).
+        prompt: the new user input (text, or text, images and PDFs in order), or ``None``
+            (answers only, or nothing new).
         input_id: the client's id of the message ``prompt`` came from, if it has one.
         history: what the client holds before ``prompt``, used only when the store has no
             message of this session yet.
@@ -105,7 +121,7 @@ class Turn:
     """
 
     session_id: str
-    prompt: str | None = None
+    prompt: str | list[PromptPart] | None = None
     input_id: str | None = None
     history: tuple[Message, ...] = ()
     answers: dict[str, bool | str] = field(default_factory=dict)
@@ -269,10 +285,21 @@ class Bridge:
             self._busy.discard(sid)
 
     async def _plan(self, session: Session, turn: Turn, request: Any) -> Started:
-        agent = self.agent_for(turn)
         deps = self.deps(request) if self.deps is not None else None
         pending = pending_approvals(session)
         if pending:
+            # A client's result answers a call to a tool the client runs (one the agent does
+            # not have), declared again in this request or not.
+            declared = {s.name for s in turn.client_tools}
+            answered = [
+                p
+                for p in pending
+                if p.call_id in turn.client_results and p.name not in self.agent.tools
+            ]
+            turn.client_tools = (
+                *turn.client_tools,
+                *(ClientToolSpec(p.name) for p in answered if p.name not in declared),
+            )
             waiting = {p.call_id for p in pending}
             unknown = sorted(set(turn.answers) - waiting)
             if unknown:
@@ -284,13 +311,11 @@ class Bridge:
                     f"{', '.join(unknown)}; waiting: {', '.join(sorted(waiting))}"
                 )
             answers = dict(turn.answers)
-            for p in pending:
-                if p.call_id in turn.client_results:
-                    answers[p.call_id] = True
+            answers.update(dict.fromkeys((p.call_id for p in answered), True))
             missing = [p for p in pending if p.call_id not in answers]
             if missing:
                 return Started(session, None, pending=tuple(missing))
-            stream = agent.stream(
+            stream = self.agent_for(turn).stream(
                 session=session, resume=True, approvals=answers, deps=deps, buffer=self.buffer
             )
             return Started(session, stream, resumed=True)
@@ -310,7 +335,7 @@ class Bridge:
             return Started(session, None)
         if turn.input_id is not None:
             await session.set_metadata(**{LAST_INPUT_KEY: turn.input_id})
-        stream = agent.stream(prompt, session=session, deps=deps, buffer=self.buffer)
+        stream = self.agent_for(turn).stream(prompt, session=session, deps=deps, buffer=self.buffer)
         return Started(session, stream)
 
 
@@ -395,11 +420,14 @@ class Lineage:
 # -- the wire --------------------------------------------------------------------------------
 
 
+# Made once. ASCII-escaped: a lone surrogate (from a model or a client) stays valid JSON
+# instead of failing the UTF-8 encoding of the frame.
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def sse_frame(data: Any) -> bytes:
     """One SSE event: ``data: {json}`` and a blank line."""
-    return (
-        b"data: " + json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
-    )
+    return f"data: {_encode(data)}\n\n".encode("ascii")
 
 
 async def read_body(receive: Callable[[], Awaitable[dict[str, Any]]], limit: int) -> bytes:
@@ -546,6 +574,36 @@ def answer_of(status: str, payload: Any) -> bool | str:
     return "The user declined this call."
 
 
-def user_message(text: str) -> Message:
-    """A user message holding ``text``."""
-    return Message(role="user", content=(TextPart(text=text),))
+def user_message(parts: str | Sequence[PromptPart]) -> Message:
+    """A user message holding ``parts`` (plain strings become text parts)."""
+    if isinstance(parts, str):
+        parts = [parts]
+    return Message(
+        role="user", content=tuple(TextPart(text=p) if isinstance(p, str) else p for p in parts)
+    )
+
+
+def media_part(kind: str, source: Any) -> ImagePart | DocumentPart:
+    """An image or PDF from a client's ``{"type": "data" | "url", "value", "mimeType"}``.
+
+    Raises:
+        RequestInvalid: the source is malformed, not base64, too large, or of a media type
+            the model cannot take.
+    """
+    if not isinstance(source, dict) or not isinstance(source.get("value"), str):
+        raise RequestInvalid(f"an {kind} part needs a source with a value", code="bad_part")
+    value, mime = source["value"], source.get("mimeType")
+    try:
+        if source.get("type") == "url":
+            fields: dict[str, Any] = {"url": value}
+        elif source.get("type") == "data":
+            fields = {"data": base64.b64decode(value, validate=True)}
+        else:
+            raise RequestInvalid(f"an {kind} part's source is data or url", code="bad_part")
+        if kind == "image":
+            if isinstance(mime, str):
+                fields["media_type"] = mime
+            return ImagePart(**fields)
+        return DocumentPart(**fields)
+    except (ValueError, binascii.Error) as exc:  # pydantic's ValidationError is a ValueError
+        raise RequestInvalid(f"an {kind} part is invalid: {exc}"[:500], code="bad_part") from None

@@ -24,7 +24,8 @@ tool result                   ``tool-output-available``, or ``tool-output-error`
                               result, a declined call with its reason)
 run parked for approval       ``data-approval-request`` (tool, input, preview), and in v6
                               ``tool-approval-request`` (``approvalId`` is the call id)
-call declined in the browser  v6: ``tool-output-denied``; v5: ``tool-output-error``
+a declined call               v6, answered in its tool part: ``tool-output-denied``;
+                              otherwise ``tool-output-error`` with the reason
 sub-agent runs                ``data-agent`` (one part per sub-run, updated when it ends) and
                               transient ``data-agent-event`` chunks (its text, reasoning,
                               tool calls), each with ``agentPath`` and ``parentCallId``
@@ -67,10 +68,12 @@ from ..sessions import SessionStore
 from ._core import (
     Bridge,
     Lineage,
+    PromptPart,
     Turn,
     answer_of,
     check_session_id,
     loads,
+    media_part,
     read_body,
     send_json,
     serve_sse,
@@ -90,7 +93,7 @@ UI_MESSAGE_STREAM_HEADERS: Final[Mapping[str, str]] = {
 DONE: Final = b"data: [DONE]\n\n"
 _STREAM_HEADER: Final = ((b"x-vercel-ai-ui-message-stream", b"v1"),)
 
-MAX_BODY_BYTES = 4 * 1024 * 1024
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
 MAX_MESSAGES = 1_000
 MAX_PARTS = 1_000
 MAX_PROMPT_CHARS = 200_000
@@ -149,13 +152,9 @@ def parse_request(body: Any) -> ChatRequest:
     turn = Turn(session_id=session_id, answers=_body_answers(body.get("approvals")))
     last = messages[-1] if messages else {}
     if last.get("role") == "user":
-        prompt = _text(last.get("parts", []))
-        if len(prompt) > MAX_PROMPT_CHARS:
-            raise RequestInvalid(
-                f"the prompt is over {MAX_PROMPT_CHARS} characters", code="too_large"
-            )
-        turn.prompt = prompt or None
-        turn.input_id = _id_or_none(last.get("id"))
+        turn.prompt = _prompt(last.get("parts", []))
+        if body.get("trigger") != "regenerate-message":  # regenerate asks the same again
+            turn.input_id = _id_or_none(last.get("id"))
         turn.history = _history(messages[:-1])
         return ChatRequest(turn)
     turn.history = _history(messages)
@@ -219,6 +218,49 @@ def _part_answers(parts: Sequence[dict[str, Any]]) -> dict[str, bool | str]:
             raise RequestInvalid("too many or too long approval answers", code="bad_approvals")
         out[call_id] = answer_of("", approval)
     return out
+
+
+def _prompt(parts: Sequence[Any]) -> str | list[PromptPart] | None:
+    """A user message's text parts (and ``file`` parts: images and PDFs, as data URLs or
+    URLs), in order."""
+    out: list[PromptPart] = []
+    size = 0
+    for p in parts:
+        if not isinstance(p, dict):
+            continue
+        if p.get("type") == "text" and isinstance(p.get("text"), str):
+            out.append(p["text"])
+            size += len(p["text"])
+        elif p.get("type") == "file":
+            out.append(_file(p))
+    if size > MAX_PROMPT_CHARS:
+        raise RequestInvalid(f"the prompt is over {MAX_PROMPT_CHARS} characters", code="too_large")
+    if all(isinstance(p, str) for p in out):
+        return "\n".join(p for p in out if isinstance(p, str)) or None
+    return out
+
+
+def _file(part: dict[str, Any]) -> PromptPart:
+    """A ``file`` part (``url``: a ``data:`` URL or an http(s) URL; ``mediaType``) as an image
+    or a PDF."""
+    url, media_type = part.get("url"), part.get("mediaType")
+    if not isinstance(url, str) or not isinstance(media_type, str):
+        raise RequestInvalid("a file part needs a url and a mediaType", code="bad_part")
+    if media_type.startswith("image/"):
+        kind = "image"
+    elif media_type == "application/pdf":
+        kind = "document"
+    else:
+        raise RequestInvalid(
+            f"a file part of type {media_type[:100]!r}: only images and PDFs are taken",
+            code="bad_part",
+        )
+    if url.startswith("data:"):
+        head, _, data = url.partition(",")
+        if not head.endswith(";base64"):
+            raise RequestInvalid("a data URL must be base64", code="bad_part")
+        return media_part(kind, {"type": "data", "value": data, "mimeType": media_type})
+    return media_part(kind, {"type": "url", "value": url, "mimeType": media_type})
 
 
 def _text(parts: Sequence[Any]) -> str:
@@ -641,7 +683,7 @@ class VercelAIApp:
         ask_browser: dangerous calls wait for the browser's answer; ``False`` leaves them to
             the agent's own ``confirm``.
         buffer: events buffered between the run and the client.
-        max_body_bytes: the largest request body accepted.
+        max_request_bytes: the largest request body accepted.
         deps: a function of the ASGI scope giving each run's ``deps``.
     """
 
@@ -653,13 +695,13 @@ class VercelAIApp:
         version: Version = 6,
         ask_browser: bool = True,
         buffer: int = 64,
-        max_body_bytes: int = MAX_BODY_BYTES,
+        max_request_bytes: int = MAX_REQUEST_BYTES,
         deps: Callable[[Any], Any] | None = None,
     ) -> None:
         if version not in (5, 6):
             raise ValueError("version must be 5 or 6")
         self.version: Version = version
-        self.max_body_bytes = max_body_bytes
+        self.max_request_bytes = max_request_bytes
         self.bridge = Bridge(agent, store=store, ask_browser=ask_browser, buffer=buffer, deps=deps)
 
     @property
@@ -690,7 +732,7 @@ class VercelAIApp:
             )
             return
         try:
-            body = loads(await read_body(receive, self.max_body_bytes))
+            body = loads(await read_body(receive, self.max_request_bytes))
             frames = self.sse(body, request=scope)
         except RequestInvalid as exc:
             if exc.code != "disconnected":

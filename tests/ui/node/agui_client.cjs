@@ -2,12 +2,13 @@
 //
 // usage: node agui_client.cjs PLAN_JSON
 // PLAN: {url, threadId, prompt, tools?, answers?: {toolName: true | "reason"},
-//        clientResults?: {toolName: "result text"}, maxRuns?}
+//        clientResults?: {toolName: "result text"}, maxRuns?, reload?}
 //
 // HttpAgent checks the event order itself (RUN_STARTED first, messages and tool calls opened
 // before use and closed before RUN_FINISHED, sub-agents, steps); every event is also parsed
 // with @ag-ui/core's own zod schema. Interrupts are answered with `resume`, client tool calls
-// with a `tool` message, until a run ends with nothing pending. Prints a JSON report.
+// with a `tool` message, until a run ends with nothing pending. With `reload`, a second
+// HttpAgent with no messages then runs on the thread. Prints a JSON report.
 "use strict";
 
 const { HttpAgent } = require("@ag-ui/client");
@@ -65,7 +66,22 @@ async function main() {
       });
     }
   }
-  process.stdout.write(JSON.stringify({ runs, messages: agent.messages }));
+  let reload;
+  if (plan.reload) {
+    // a page opened again on the thread, holding nothing: it is sent the conversation
+    const fresh = new HttpAgent({ url: plan.url, threadId: plan.threadId });
+    const events = [];
+    const invalid = [];
+    await fresh.runAgent({}, {
+      onEvent({ event }) {
+        const parsed = EventSchema.safeParse(event);
+        if (!parsed.success) invalid.push({ event, error: parsed.error.message });
+        events.push(event);
+      },
+    });
+    reload = { events, invalid, messages: fresh.messages };
+  }
+  process.stdout.write(JSON.stringify({ runs, messages: agent.messages, reload }));
 }
 
 main().catch((err) => {
