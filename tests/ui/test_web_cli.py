@@ -273,6 +273,36 @@ def test_a_user_agent_is_served(tmp_path: Path, home: Path) -> None:
             assert client.get("/api/sessions").json() == []
 
 
+def test_the_options_of_fanloop_run_choose_the_model_and_the_store(
+    tmp_path: Path, home: Path
+) -> None:
+    root = tmp_path / "work"
+    root.mkdir()
+    with FakeLLMServer(["Hello from the fake model."], chars_per_delta=5) as llm:
+        env = web_env(home, OPENAI_BASE_URL=llm.openai_base_url, OPENAI_API_KEY="sk-test")
+        args = ("--provider", "openai-chat", "--model", "gpt-4o", "--root", str(root))
+        with (
+            WebServer(*args, "--no-memory", env=env) as web,
+            httpx2.Client(base_url=web.base, trust_env=False, timeout=30) as client,
+        ):
+            assert client.get("/api/info").json()["model"] == "gpt-4o"
+            sid = client.post("/api/sessions", json={"title": "hi"}).json()["id"]
+            body = {
+                "threadId": sid,
+                "runId": "r1",
+                "messages": [{"id": "m1", "role": "user", "content": "hi"}],
+            }
+            with client.stream("POST", "/ag-ui", json=body) as answer:
+                text = "".join(
+                    json.loads(line[5:]).get("delta", "")
+                    for line in answer.iter_lines()
+                    if line.startswith("data:") and "TEXT_MESSAGE_CONTENT" in line
+                )
+            assert text == "Hello from the fake model."
+        assert llm.requests[0].body["model"] == "gpt-4o"
+    assert (root / ".fanloop" / "sessions.db").exists()  # where `fanloop run` keeps them
+
+
 # -- the demo model ---------------------------------------------------------------------------
 
 
