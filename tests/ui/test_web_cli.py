@@ -176,6 +176,18 @@ def test_another_host_needs_a_token(home: Path) -> None:
     assert not done.stdout  # it never listened
 
 
+@pytest.mark.parametrize("flag", ["--json", "--defer"])
+def test_options_without_meaning_on_the_page_are_refused(flag: str, home: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "fanloop", "web", "--demo", flag],
+        env=web_env(home),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2 and flag in done.stderr
+
+
 def test_with_a_token_every_request_carries_it(home: Path) -> None:
     with WebServer("--demo", "--token", TOKEN, env=web_env(home)) as web:
         assert web.url.endswith(f"/?token={TOKEN}")

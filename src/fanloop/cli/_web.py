@@ -592,6 +592,13 @@ def _url(host: str, port: int, token: str | None) -> str:
 async def cmd_web(args: argparse.Namespace, console: Console) -> int:
     """``fanloop web``: serve the chat page until Ctrl-C."""
     token = check_binding(args)
+    for flag in ("json", "defer"):
+        if getattr(args, flag, False):
+            raise CommandError(
+                f"--{flag} has no meaning for fanloop web: the page shows the events and asks "
+                "before dangerous calls",
+                EXIT_CONFIG,
+            )
     if args.demo and args.agent:
         raise CommandError("give either --demo or an agent, not both", EXIT_CONFIG)
     async with AsyncExitStack() as stack:
