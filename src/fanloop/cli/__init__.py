@@ -5,6 +5,7 @@
     fanloop run "prompt"          one run, streamed; the conversation is kept in a session
     fanloop chat                  an interactive conversation (/exit or Ctrl-D to leave)
     fanloop demo                  an offline tour: no key, no network
+    fanloop web [--demo]          a chat page for the agent, on http://127.0.0.1:8765/
     fanloop sessions list | show ID | resume ID | effects [ID] | resolve-effect ID CALL_ID
     fanloop sessions pending [ID] | approve ID CALL_ID [--deny [REASON]]
 
@@ -38,6 +39,13 @@ def _positive_float(text: str) -> float:
     value = float(text)
     if value <= 0:
         raise argparse.ArgumentTypeError("must be more than 0")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError("must be from 0 to 65535")
     return value
 
 
@@ -155,6 +163,39 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--fast", action="store_true", help="skip the pauses between steps")
     _json_option(demo, "print the event stream as JSON lines")
+
+    web = sub.add_parser(
+        "web",
+        parents=[agent],
+        help="a chat page for the agent in your browser",
+        description="Serve a chat page for an agent: streamed text, tool calls, approve/deny "
+        "buttons for dangerous calls, sub-agents side by side, usage and cost, sessions. The "
+        "agent comes from the options below (as for `fanloop run`), from MODULE:AGENT, or "
+        "from --demo (no key, no network). It listens on 127.0.0.1 unless --host says "
+        "otherwise; any other host needs --token.",
+    )
+    web.add_argument(
+        "agent",
+        nargs="?",
+        metavar="MODULE:AGENT",
+        help="your own agent: a fanloop Agent (or a function returning one) in an importable "
+        "module, e.g. myapp.agents:support",
+    )
+    web.add_argument(
+        "--demo", action="store_true", help="the scripted demo model: no key, no network"
+    )
+    web.add_argument("--port", type=_port, default=8765, help="default: 8765 (0: any free port)")
+    web.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="the address to listen on (default: 127.0.0.1); any other needs --token",
+    )
+    web.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help="a secret every request must carry (default: $FANLOOP_WEB_TOKEN); needed for "
+        "any host but loopback",
+    )
 
     sessions = sub.add_parser(
         "sessions",
@@ -290,6 +331,10 @@ def _command(
         from ._demo import demo
 
         return partial(demo, console, fast=args.fast, json=args.json)
+    if args.command == "web":
+        from ._web import cmd_web
+
+        return partial(cmd_web, args, console)
     if args.command == "sessions":
         action = args.sessions_command
         if action == "resume":

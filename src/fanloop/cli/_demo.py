@@ -15,6 +15,7 @@ temporary directory that is removed afterwards.
 from __future__ import annotations
 
 import argparse
+import re
 import tempfile
 import time
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from ..tools import WriteFileTool
 from ._app import Console, Interrupts, build_setup, execute, exit_code_for, run_command
 from ._render import HumanView, plural
 
-__all__ = ["demo"]
+__all__ = ["ChatScript", "chat_tools", "demo"]
 
 MODEL = "gpt-4o"
 PROMPT = (
@@ -66,6 +67,8 @@ class Pace:
 
 SLOW = Pace((1.1, 1.4, 0.8), 0.8, 0.02, 6, 1.0)
 FAST = Pace((0.15, 0.2, 0.1), 0.1, 0.0, 12, 0.1)
+WEB = Pace((0.3, 0.4, 0.2), 0.6, 0.03, 5, 0.5)
+"""``fanloop web --demo``: text streams in visibly, sub-agents take long enough to watch."""
 
 
 def _tools(pace: Pace) -> tuple[list[Any], list[Any]]:
@@ -179,6 +182,135 @@ class Script:
                 usage=Usage(input_tokens=420, output_tokens=40),
             )
         return reply(answer, usage=Usage(input_tokens=510, output_tokens=52))
+
+
+CHANGE_WORDS = (
+    "change",
+    "edit",
+    "write",
+    "delete",
+    "remove",
+    "save",
+    "create",
+    "update",
+    "fix",
+    "modify",
+    "rename",
+    "replace",
+    "append",
+)
+"""A prompt with one of these words makes :class:`ChatScript` ask for a dangerous call."""
+RESEARCH_WORDS = ("plan", "research", "compare", "parallel", "sub-agent", "subagent")
+"""A prompt with one of these words makes :class:`ChatScript` delegate to two sub-agents."""
+FACTS_TASK = "Gather the facts about: "
+RISKS_TASK = "Look for risks and open questions about: "
+_MAX_ECHO = 160
+
+
+def chat_tools(pace: Pace) -> list[Any]:
+    """The sub-agents' tool in the chat demo (simulated: it only sleeps)."""
+
+    @tool(concurrent_safe=True)
+    async def lookup(topic: str) -> str:
+        """Look a topic up in the notes."""
+        await anyio.sleep(pace.search)
+        return f"3 notes mention {topic[:_MAX_ECHO]}: a summary, a checklist and an open question."
+
+    return [lookup]
+
+
+def _words(text: str, words: tuple[str, ...]) -> bool:
+    """Whether a word of ``text`` starts with one of ``words`` ("edits" yes, "credit" no)."""
+    lowered = text.lower()
+    return any(re.search(r"\b" + re.escape(word), lowered) for word in words)
+
+
+def _echo(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= _MAX_ECHO else flat[: _MAX_ECHO - 1] + "…"
+
+
+class ChatScript:
+    """The fake model of ``fanloop web --demo``: it answers any prompt, from where the
+    conversation stands since the last prompt.
+
+    A prompt that asks for a change (see :data:`CHANGE_WORDS`) gets a ``write_file`` call
+    that waits for approval; one that asks for a plan or research (:data:`RESEARCH_WORDS`)
+    gets two sub-agents in parallel; anything else gets streamed text.
+    """
+
+    def __call__(self, body: dict[str, Any]) -> Any:
+        messages = body.get("messages", [])
+        first_user = next((_user_text(m) for m in messages if m.get("role") == "user"), "")
+        last = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+        prompt = _user_text(messages[last]) if last >= 0 else ""
+        turn = sum(1 for m in messages[last + 1 :] if m.get("role") == "assistant")
+        for task in (FACTS_TASK, RISKS_TASK):
+            if first_user.startswith(task):
+                return self._subagent(turn, first_user)
+        tool_output = " ".join(
+            _user_text(m) for m in messages[last + 1 :] if m.get("role") == "tool"
+        )
+        if _words(prompt, CHANGE_WORDS):
+            return self._change(turn, prompt, tool_output)
+        if _words(prompt, RESEARCH_WORDS):
+            return self._research(turn, prompt)
+        return reply(
+            f"You said: “{_echo(prompt)}”. I am fanloop's demo model, so every answer streams "
+            "in token by token and nothing leaves this machine. Ask me to change something "
+            "(“write a note”, “edit the plan”) to see a dangerous call wait for your approval, "
+            "or to plan or research something to watch two sub-agents work in parallel.",
+            usage=Usage(input_tokens=240, output_tokens=70),
+        )
+
+    def _change(self, turn: int, prompt: str, tool_output: str) -> Any:
+        if turn == 0:
+            return reply(
+                "I'll make that change in notes.md. Writing a file is a dangerous call, so it "
+                "waits for your approval.",
+                tool_calls=[
+                    call("write_file", path="notes.md", content=f"# Notes\n\n{_echo(prompt)}\n")
+                ],
+                usage=Usage(input_tokens=310, output_tokens=64),
+            )
+        if tool_output.lower().startswith("error"):  # declined: the reason, or why it failed
+            reason = tool_output.split(":", 1)[-1].strip() or "declined"
+            text = f"Understood: I left notes.md alone (your answer: {_echo(reason)})."
+        else:
+            text = "Done: notes.md in the demo workspace now holds your note."
+        return reply(text, usage=Usage(input_tokens=420, output_tokens=24))
+
+    def _research(self, turn: int, prompt: str) -> Any:
+        subject = _echo(prompt)
+        if turn == 0:
+            return reply(
+                "Two sub-agents look into this in parallel: one gathers the facts, one looks "
+                "for risks.",
+                tool_calls=[
+                    call("delegate", task=FACTS_TASK + subject),
+                    call("delegate", task=RISKS_TASK + subject),
+                ],
+                usage=Usage(input_tokens=330, output_tokens=58),
+            )
+        return reply(
+            "Both sub-agents are back. The facts are in order and the one open question is "
+            "noted; ask me to write the plan down when you are ready.",
+            usage=Usage(input_tokens=760, output_tokens=40),
+        )
+
+    def _subagent(self, turn: int, task: str) -> Any:
+        topic = task.split(": ", 1)[-1]
+        if turn == 0:
+            return reply(
+                "Looking it up.",
+                tool_calls=[call("lookup", topic=topic)],
+                usage=Usage(input_tokens=180, output_tokens=20),
+            )
+        kind = "facts" if task.startswith(FACTS_TASK) else "risks"
+        return reply(
+            f"Found the {kind}: three notes cover it, one question is still open.",
+            usage=Usage(input_tokens=260, output_tokens=26),
+        )
 
 
 def _options(root: str, json: bool) -> argparse.Namespace:
