@@ -114,6 +114,7 @@ _INCOMPLETE: dict[str, StopReason] = {
     "content_filter": StopReason.REFUSAL,
 }
 _MAY_BE_EMPTY = frozenset({StopReason.MAX_TOKENS, StopReason.REFUSAL})
+_UNFINISHED = frozenset({"queued", "in_progress"})  # background mode's first answers
 _MAX_INDEX = 2**31 - 1
 _STATELESS_INCLUDE = ["reasoning.encrypted_content"]
 
@@ -330,6 +331,11 @@ class OpenAIResponsesProvider(HTTPProvider):
             head.update(extra)
         if "input" in head or "messages" in head:
             raise ConfigurationError("'input' cannot be set through extra fields")
+        if head.get("background"):
+            raise ConfigurationError(
+                f"{self.name}: background mode (background=True) is not supported; "
+                "leave it out, the provider waits for each answer"
+            )
         messages = request.messages
         if self.store and "previous_response_id" not in head:
             messages = self._since_stored(messages, head)
@@ -782,10 +788,17 @@ def _response(
     elif status in (None, "completed"):
         raw_stop = "completed"
         stop = StopReason.TOOL_USE if calls else StopReason.END_TURN
+    elif status in _UNFINISHED:
+        raise ResponseInvalid(
+            f"the response is {status!r}, not finished: background mode is not supported "
+            "(leave out background=True; the provider waits for each answer)",
+            provider=provider.name,
+            request_id=request_id,
+            transient=False,  # asking again would start another background response
+        )
     else:
         raise ResponseInvalid(
-            f"the response is {short(status, 64) or 'in an unknown state'!r}, not finished "
-            "(background responses are not supported)",
+            f"the response is {short(status, 64) or 'in an unknown state'!r}, not finished",
             provider=provider.name,
             request_id=request_id,
         )
