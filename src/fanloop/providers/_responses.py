@@ -14,9 +14,10 @@ assistant turns it returns carry the response's output items, exactly as the ser
 them, in ``origin``; the next request sends them back unchanged and in order, so each
 encrypted reasoning item goes back right before the call or message it preceded (the API
 refuses a reasoning item without its following item). Items fanloop has no part for (hosted
-tool calls, compaction, types newer than this code) are kept the same way. A turn whose parts
-were changed after it arrived (e.g. a tool-call id the loop had to replace) is translated from
-its parts instead, without its reasoning items.
+tool calls, compaction, types newer than this code) are kept the same way. A tool-call id the
+loop had to replace (a server reusing ``call_0`` on every turn) is rewritten in the items too,
+so the reasoning still goes back; a turn whose parts were changed any other way is translated
+from its parts instead, without its reasoning items.
 
 Reasoning summaries (and ``reasoning_text`` content, as some compatible servers send) become
 :class:`~fanloop.messages.ThinkingPart` text and stream as thinking deltas.
