@@ -115,7 +115,8 @@ _INCOMPLETE: dict[str, StopReason] = {
     "content_filter": StopReason.REFUSAL,
 }
 _MAY_BE_EMPTY = frozenset({StopReason.MAX_TOKENS, StopReason.REFUSAL})
-_UNFINISHED = frozenset({"queued", "in_progress"})  # background mode's first answers
+# Background mode's first answers (a tuple: a hostile status may be unhashable).
+_UNFINISHED = ("queued", "in_progress")
 _MAX_INDEX = 2**31 - 1
 _STATELESS_INCLUDE = ["reasoning.encrypted_content"]
 
