@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..providers._types import ModelResponse
+from . import _responses
 from ._script import reply
 
 if TYPE_CHECKING:
@@ -375,7 +376,7 @@ def render_stream(
         return s._anthropic_events(response, model, request_id, size).frames
     if api == "responses":
         frames = s._Frames()
-        s._responses.response_events(frames, response, model, request_id, {}, size)
+        _responses.response_events(frames, response, model, request_id, {}, size)
         return frames.frames
     return s._openai_chunks(response, model, request_id, size).frames
 
@@ -387,7 +388,7 @@ def render_body(api: str, response: ModelResponse, model: str, request_id: str) 
     if api == "anthropic":
         return s._anthropic_message(response, model, request_id)
     if api == "responses":
-        return s._responses.response_object(response, model, request_id, {})
+        return _responses.response_object(response, model, request_id, {})
     return s._openai_completion(response, model, request_id)
 
 
@@ -597,7 +598,7 @@ def _many_function_calls(model: str, request_id: str, count: int, stream: bool) 
             yield {"type": "function_call", "id": f"fc_{i}", "call_id": f"call_{i}",
                    "name": "noop", "arguments": "{}", "status": "completed"}  # fmt: skip
 
-    final = s._responses.response_object(reply("go"), model, request_id, {}, output=[])
+    final = _responses.response_object(reply("go"), model, request_id, {}, output=[])
     final["output"] = _LIST
     if not stream:
         yield from _json_with_list(final, items())
