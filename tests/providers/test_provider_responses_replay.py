@@ -52,12 +52,22 @@ def _request() -> ModelRequest:
     return ModelRequest(messages=(Message.user("Hello"),), max_tokens=1024)
 
 
+Transport = Literal["httpx", "aiohttp", "sdk-client"]
+
+
 async def _fanloop(
-    server: ReplayServer, item: Interaction, transport: Literal["httpx", "aiohttp"] = "httpx"
+    server: ReplayServer, item: Interaction, transport: Transport = "httpx"
 ) -> tuple[ModelResponse, list[Any]]:
-    provider = OpenAIResponsesProvider(
-        "gpt-5", api_key=KEY, base_url=server.base_url(item.name), transport=transport
-    )
+    """fanloop's answer (and its deltas, when streamed) on ``transport``: one of its own
+    pools, or the ``openai`` SDK's client carrying fanloop's requests (``client=``)."""
+    client = None
+    if transport == "sdk-client":
+        client = openai.AsyncOpenAI(api_key=KEY, base_url=server.base_url(item.name))
+        provider = OpenAIResponsesProvider("gpt-5", client=client)
+    else:
+        provider = OpenAIResponsesProvider(
+            "gpt-5", api_key=KEY, base_url=server.base_url(item.name), transport=transport
+        )
     try:
         if item.streamed:
             deltas, response = await stream_all(provider, _request())
@@ -65,6 +75,8 @@ async def _fanloop(
         return await provider.complete(_request()), []
     finally:
         await provider.aclose()
+        if client is not None:
+            await client.close()
 
 
 async def _sdk(server: ReplayServer, item: Interaction) -> tuple[Any, list[Any]]:
@@ -149,6 +161,8 @@ def _items(response: ModelResponse) -> list[dict[str, Any]]:
 def _compare(item: Interaction, ours: ModelResponse, sdk: Any) -> None:
     """Everything fanloop made of the bytes matches what the SDK made of them."""
     assert ours.response_id == sdk.id
+    if not any(p.type == "refusal" for i in sdk.output if i.type == "message" for p in i.content):
+        assert ours.text == sdk.output_text
     assert _parts(ours) == _expected_parts(sdk)
     assert "".join(p.text for p in ours.content if isinstance(p, TextPart)) == "".join(
         _text(i) for i in sdk.output if i.type == "message"
@@ -257,11 +271,12 @@ def _next_turn(ours: ModelResponse) -> list[dict[str, Any]]:
     return inputs
 
 
+@pytest.mark.parametrize("transport", ["httpx", "sdk-client"])
 @pytest.mark.parametrize("item", FINISHED, ids=lambda i: i.name)
 async def test_fanloop_reads_recorded_answers_as_the_sdk_does(
-    replay: ReplayServer, item: Interaction
+    replay: ReplayServer, item: Interaction, transport: Transport
 ) -> None:
-    ours, deltas = await _fanloop(replay, item)
+    ours, deltas = await _fanloop(replay, item, transport)
     sdk, events = await _sdk(replay, item)
     _compare(item, ours, sdk)
     if item.streamed:
@@ -334,9 +349,9 @@ async def test_recorded_errors_are_bad_requests_as_for_the_sdk(
     assert not ours.value.transient
 
 
-@pytest.mark.parametrize("transport", ["httpx", "aiohttp"])
+@pytest.mark.parametrize("transport", ["httpx", "aiohttp", "sdk-client"])
 async def test_a_background_answer_is_a_clear_error_that_is_not_retried(
-    replay: ReplayServer, transport: Literal["httpx", "aiohttp"]
+    replay: ReplayServer, transport: Transport
 ) -> None:
     (item,) = QUEUED
     sdk, _ = await _sdk(replay, item)
