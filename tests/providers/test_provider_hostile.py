@@ -48,8 +48,8 @@ from fanloop.providers._wire import (
     loads,
     read_count,
 )
-from fanloop.testing import FakeLLMServer, call, reply
-from fanloop.testing._faults import Hostile, render_stream
+from fanloop.testing import FakeLLMServer, Hostile, call, reply
+from fanloop.testing._faults import render_stream
 from heartbeat import cpu_seconds, heartbeat
 
 MiB = 1024 * 1024

@@ -16,8 +16,8 @@ from fanloop.errors import ResponseInvalid, StreamIncomplete
 from fanloop.messages import Message, ToolResultPart
 from fanloop.providers import StopReason
 from fanloop.providers._wire import ResponseTooLarge
-from fanloop.testing import FakeLLMServer, call, reply
-from fanloop.testing._faults import Hostile, render_body, render_stream
+from fanloop.testing import FakeLLMServer, Hostile, call, reply
+from fanloop.testing._faults import render_body, render_stream
 
 STREAMING = pytest.mark.parametrize("streaming", [True, False], ids=["stream", "complete"])
 TURN = reply("Sunny.", thinking="Look it up.", tool_calls=[call("get_weather", "c1", city="Oslo")])
