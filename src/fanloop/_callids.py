@@ -6,6 +6,12 @@ model's server, which may omit them (the provider then invents one), repeat one 
 or reuse the id of an earlier call. Before a turn enters the transcript, every id that is
 empty, too long, repeated within the turn, or already used in the run's history or by a
 receipt of its session is replaced with a fresh one.
+
+A turn whose ids were replaced keeps its provider's wire form (``origin``) when the ids can be
+rewritten in it too: the Responses API's output items, whose ``reasoning`` items must go back
+with the calls they preceded (servers that number calls ``call_0`` on every turn would
+otherwise lose their reasoning from the second turn on). Other wire forms are dropped, and
+the provider translates the turn's parts instead.
 """
 
 from __future__ import annotations
@@ -15,13 +21,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel
 
 from ._ids import new_id
-from .messages import ToolCallPart
+from .messages import Origin, ToolCallPart
 from .providers._types import ModelResponse
 
 if TYPE_CHECKING:
     from ._run import RunState
 
-__all__ = ["MAX_CALL_ID", "distinct_call_ids", "fresh_call_id"]
+__all__ = ["MAX_CALL_ID", "distinct_call_ids", "fresh_call_id", "renamed_origin"]
 
 MAX_CALL_ID = 128
 """The longest tool-call id kept as the server sent it."""
@@ -37,8 +43,8 @@ async def distinct_call_ids(run: RunState, response: ModelResponse) -> ModelResp
     """``response`` with every tool call's id unique in the run (see the module docstring).
 
     A response whose ids all had to stay as they were is returned as it is. One that was
-    changed loses its ``origin`` (the provider's raw wire blocks still carry the old ids), so
-    the provider translates its parts on the next request instead of replaying them.
+    changed gets an ``origin`` carrying the new ids (:func:`renamed_origin`), or none, so the
+    provider translates its parts on the next request instead of replaying them.
     """
     content = list(response.content)
     if not any(isinstance(part, ToolCallPart) for part in content):
@@ -58,7 +64,40 @@ async def distinct_call_ids(run: RunState, response: ModelResponse) -> ModelResp
         seen.add(call_id)
     if not changed:
         return response
-    return _replaced(response, {"content": tuple(content), "origin": None})
+    ids = [part.id for part in content if isinstance(part, ToolCallPart)]
+    origin = renamed_origin(response.origin, ids)
+    return _replaced(response, {"content": tuple(content), "origin": origin})
+
+
+def renamed_origin(origin: Origin | None, ids: list[str]) -> Origin | None:
+    """``origin`` with its tool calls renamed ``ids`` (in order), or ``None`` when its wire
+    form is not one whose calls this knows how to rename.
+
+    Responses API output items: each ``function_call`` item gets the next id as its
+    ``call_id`` (the items are copied, never changed in place); every other item, reasoning
+    first, stays as it was. The turn is no longer the one the server stored
+    (``store=True``), so it is sent in full rather than by ``previous_response_id``.
+    """
+    if origin is None or origin.api != "responses" or type(origin.raw) is not dict:
+        return None
+    output = origin.raw.get("output")
+    if type(output) is not list:
+        return None
+    calls = iter(ids)
+    items: list[Any] = []
+    for item in output:
+        if type(item) is dict and item.get("type") == "function_call":
+            call_id = next(calls, None)
+            if call_id is None:
+                return None
+            item = {**item, "call_id": call_id}
+        items.append(item)
+    if next(calls, None) is not None:
+        return None
+    raw = {**origin.raw, "output": items}
+    if "stored" in raw:
+        raw["stored"] = False
+    return _replaced(origin, {"raw": raw})
 
 
 async def known_call_ids(run: RunState) -> set[str]:

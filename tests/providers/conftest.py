@@ -20,19 +20,14 @@ from fanloop.testing import FakeLLMServer
 ProviderFactory = Callable[..., HTTPProvider]
 
 
-# Tests of the shared ``api`` fixture that check one wire's own JSON (Chat Completions'
-# messages, usage field names) or damage a rendered turn with Hostile (which renders Messages
-# and Chat Completions turns only); the Responses API has its own in test_provider_responses.py.
+# Tests of the shared ``api`` fixture that check Chat Completions' own request JSON (messages,
+# usage field names); the Responses API has its own in test_provider_responses.py.
 _CHAT_SHAPED = frozenset(
     {
         "test_tool_loop_over_http",
         "test_multi_turn_tool_conversation",
         "test_usage_with_cache",
         "test_temperature_stop_sequences_and_extra",
-        "test_a_huge_answer_is_refused_without_holding_the_loop",
-        "test_well_formed_usage_still_counts",
-        "test_odd_but_usable_values_are_normalised",
-        "test_invented_tool_call_ids_are_unique_across_turns",
         "test_many_concurrent_streams_on_one_provider",
     }
 )

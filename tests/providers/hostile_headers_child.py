@@ -21,14 +21,9 @@ from provider_helpers import request
 from fanloop.errors import ProviderError
 from fanloop.providers import ModelResponse
 from fanloop.providers.anthropic import AnthropicProvider
-from fanloop.providers.openai import OpenAIProvider
+from fanloop.providers.openai import OpenAIProvider, OpenAIResponsesProvider
 from fanloop.testing import reply
-from fanloop.testing._server import (
-    _anthropic_events,
-    _anthropic_message,
-    _openai_chunks,
-    _openai_completion,
-)
+from fanloop.testing._faults import render_body, render_stream
 from heartbeat import heartbeat
 
 MIX = ["gzip", "deflate", "br", "identity", "x-unknown"]
@@ -59,10 +54,8 @@ CASES: dict[str, tuple[int, list[bytes], bool]] = {
 def _body(api: str, streaming: bool) -> bytes:
     turn = reply("the answer")
     if streaming:
-        events = _anthropic_events if api == "anthropic" else _openai_chunks
-        return b"".join(events(turn, "m", "req_1", 100).frames)
-    message = _anthropic_message if api == "anthropic" else _openai_completion
-    return json.dumps(message(turn, "m", "req_1")).encode()
+        return b"".join(render_stream(api, turn, "m", "req_1", 100))
+    return json.dumps(render_body(api, turn, "m", "req_1")).encode()
 
 
 async def _case(transport: str, api: str, streaming: bool, name: str) -> dict[str, Any]:
@@ -97,7 +90,8 @@ async def _case(transport: str, api: str, streaming: bool, name: str) -> dict[st
     if api == "anthropic":
         provider = AnthropicProvider("m", api_key="k", base_url=url, transport=transport)
     else:
-        provider = OpenAIProvider("m", api_key="k", base_url=f"{url}/v1", transport=transport)
+        cls = OpenAIProvider if api == "openai" else OpenAIResponsesProvider
+        provider = cls("m", api_key="k", base_url=f"{url}/v1", transport=transport)
     outcome: str
     started = time.perf_counter()
     error: BaseException | None = None
@@ -136,7 +130,7 @@ async def _case(transport: str, api: str, streaming: bool, name: str) -> dict[st
 
 
 async def main(transport: str) -> None:
-    for api in ("anthropic", "openai"):
+    for api in ("anthropic", "openai", "responses"):
         for streaming in (False, True):
             for name in CASES:
                 result = await _case(transport, api, streaming, name)

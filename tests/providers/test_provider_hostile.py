@@ -25,7 +25,7 @@ from typing import Any
 
 import anyio
 import pytest
-from provider_helpers import make_anthropic, make_openai, request
+from provider_helpers import make_anthropic, make_openai, make_responses, request
 
 from fanloop import RetryPolicy
 from fanloop.errors import ProviderError, ResponseInvalid, StreamIncomplete
@@ -48,14 +48,14 @@ from fanloop.providers._wire import (
     loads,
     read_count,
 )
-from fanloop.testing import FakeLLMServer, call, reply
-from fanloop.testing._faults import Hostile
-from fanloop.testing._server import _anthropic_events, _openai_chunks
+from fanloop.testing import FakeLLMServer, Hostile, call, reply
+from fanloop.testing._faults import render_stream
 from heartbeat import cpu_seconds, heartbeat
 
 MiB = 1024 * 1024
 STREAMING = pytest.mark.parametrize("streaming", [True, False], ids=["stream", "complete"])
 INVENTED = re.compile(r"call_[0-9a-f]{24}")
+MAKE = {"anthropic": make_anthropic, "openai": make_openai, "responses": make_responses}
 
 
 @pytest.fixture
@@ -89,8 +89,7 @@ async def hostile(
     made: list[HTTPProvider] = []
 
     def factory(**options: Any) -> HTTPProvider:
-        make = make_anthropic if api == "anthropic" else make_openai
-        provider = make(server, http_client=pool, **options)
+        provider = MAKE[api](server, http_client=pool, **options)
         made.append(provider)
         return provider
 
@@ -390,8 +389,7 @@ async def test_a_compressed_flood_of_tiny_frames_is_taken_apart_between_turns(
     # 6 MiB of empty keep-alive frames in 6 KiB on the wire: each decoded step is a MiB of
     # them, which the SSE decoder took apart in one go: 0.2 s of the event loop per step on
     # an idle machine, 0.4-0.5 s on a loaded one. Now 64 KiB at a time, with turns between.
-    render = _anthropic_events if api == "anthropic" else _openai_chunks
-    answer = b"".join(render(reply("done"), "m", "req_1", 100).frames)
+    answer = b"".join(render_stream(api, reply("done"), "m", "req_1", 100))
     packed = zlib.compressobj(wbits=31)
     body = packed.compress(b":\n\n" * (2 * MiB)) + packed.compress(answer) + packed.flush()
     server.add(Hostile.raw(body, headers={"content-encoding": "gzip"}))
@@ -447,7 +445,7 @@ async def test_the_providers_own_pools_cut_error_bodies_too(
 ) -> None:
     monkeypatch.setenv("FANLOOP_HTTP_TRANSPORT", transport_name)
     server.add(Hostile.error(429, size=200 * MiB, headers={"retry-after": "nan"}))
-    provider = (make_anthropic if api == "anthropic" else make_openai)(server)
+    provider = MAKE[api](server)
     async with provider:
         started = time.monotonic()
         error = provider_error(await outcome(provider, streaming=True), provider)
@@ -665,8 +663,69 @@ def _openai_patches() -> list[Callable[[dict[str, Any]], Any]]:
     ]
 
 
+def _responses_patches() -> list[Callable[[dict[str, Any]], Any]]:
+    def at(kind: str, fn: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:
+        return lambda p: fn(p) if p.get("type") == kind else None
+
+    def items(kind: str, key: str, value: Any) -> Callable[[dict[str, Any]], Any]:
+        """Set ``key`` of every ``kind`` item: in events, in the final response, in a body."""
+
+        def patch(p: dict[str, Any]) -> None:
+            final = p.get("response") if isinstance(p.get("response"), dict) else p
+            for item in [p.get("item"), *(final.get("output") or ())]:
+                if isinstance(item, dict) and item.get("type") == kind:
+                    item[key] = value
+
+        return patch
+
+    def final(key: str, value: Any) -> Callable[[dict[str, Any]], Any]:
+        def patch(p: dict[str, Any]) -> None:
+            holder = p.get("response") if p.get("type") == "response.completed" else p
+            if isinstance(holder, dict) and "output" in holder:
+                holder[key] = value
+
+        return patch
+
+    text_delta = "response.output_text.delta"
+    return [
+        at(text_delta, lambda p: p.__setitem__("delta", 5)),
+        at(text_delta, lambda p: p.__setitem__("delta", None)),
+        at(text_delta, lambda p: p.pop("delta")),
+        at(text_delta, lambda p: p.__setitem__("output_index", "0")),
+        at(text_delta, lambda p: p.__setitem__("output_index", -1)),
+        at(text_delta, lambda p: p.__setitem__("output_index", 2**40)),
+        at("response.output_item.added", lambda p: p.__setitem__("item", "message")),
+        at("response.output_item.added", lambda p: p.__setitem__("output_index", [0])),
+        at("response.output_item.done", lambda p: p.__setitem__("item", 7)),
+        at("response.reasoning_summary_text.delta", lambda p: p.__setitem__("delta", ["a"])),
+        at("response.reasoning_summary_text.delta", lambda p: p.__setitem__("summary_index", -2)),
+        at("response.function_call_arguments.delta", lambda p: p.__setitem__("delta", {})),
+        at("response.function_call_arguments.delta", lambda p: p.__setitem__("output_index", 9)),
+        at("response.completed", lambda p: p.__setitem__("response", "done")),
+        items("function_call", "name", ["get_weather"]),
+        items("function_call", "arguments", 5),
+        items("message", "content", "Hello there."),
+        items("message", "content", [{"type": "output_text", "text": 5}]),
+        items("reasoning", "summary", {"text": "hmm"}),
+        items("reasoning", "encrypted_content", 12),
+        final("output", {"0": 1}),
+        final("output", ["x"]),
+        final("output", [{"type": 7}]),
+        final("status", "queued"),
+        final("status", ["completed"]),
+        final("usage", [1, 2]),
+        lambda p: "just a string",
+        lambda p: [p],
+        lambda p: None if p.get("type") != "response.completed" else 42,
+    ]
+
+
 TURN = reply("Hello there.", tool_calls=[call("get_weather", city="Paris")], thinking="hmm")
-PATCHES = {"anthropic": _anthropic_patches(), "openai": _openai_patches()}
+PATCHES = {
+    "anthropic": _anthropic_patches(),
+    "openai": _openai_patches(),
+    "responses": _responses_patches(),
+}
 
 
 @pytest.mark.parametrize(
@@ -708,8 +767,17 @@ async def test_odd_but_usable_values_are_normalised(
                 h["arguments"] = {"city": "Paris"}  # an object where text belongs
             if isinstance(h, dict) and h.get("type") == "tool_use" and not streaming:
                 h["input"] = ["not", "an", "object"]
-        if "id" in payload and payload.get("object", "").startswith("chat"):
-            payload["id"] = {"not": "a string"}
+        final = payload.get("response") if isinstance(payload.get("response"), dict) else payload
+        for item in [payload.get("item"), *(final.get("output") or ())]:
+            if isinstance(item, dict) and item.get("type") == "function_call":
+                item["name"] = long_name
+                item["call_id"] = "x" * 1000
+                if not streaming:
+                    item["arguments"] = {"city": "Paris"}  # an object where text belongs
+        if "id" in final and str(final.get("object", "")).startswith(("chat", "response")):
+            final["id"] = {"not": "a string"}
+            if final["object"] == "response":
+                final["model"] = ["m"]
         if isinstance(payload.get("message"), dict):
             payload["message"]["model"] = ["m"]
 
@@ -721,7 +789,7 @@ async def test_odd_but_usable_values_are_normalised(
     (tool_call,) = final.tool_calls
     assert tool_call.name == "n" * MAX_NAME_CHARS
     assert INVENTED.fullmatch(tool_call.id)
-    if api == "openai" or streaming:
+    if api != "anthropic" or streaming:
         assert tool_call.arguments == {"city": "Paris"}
     else:
         assert tool_call.arguments == {INVALID_ARGUMENTS_KEY: '["not","an","object"]'}
@@ -829,9 +897,10 @@ def test_the_fake_server_renders_hostile_streams_lazily() -> None:
     # A huge frame is generated in chunks: the server holds one chunk, not the whole frame.
     from fanloop.testing._faults import _huge
 
-    pieces = _huge("openai", "m", "r", Hostile.huge_frame(10 * MiB, chunk_size=MiB), True)
-    sizes = [len(p) for p in pieces]
-    assert max(sizes) <= MiB and sum(sizes) > 10 * MiB
+    for api in ("anthropic", "openai", "responses"):
+        pieces = _huge(api, "m", "r", Hostile.huge_frame(10 * MiB, chunk_size=MiB), True)
+        sizes = [len(p) for p in pieces]
+        assert max(sizes) <= MiB and sum(sizes) > 10 * MiB
 
 
 # -- redirects and content encodings ----------------------------------------------------------
@@ -885,12 +954,28 @@ def _anthropic_body(text: str) -> bytes:
     ).encode()
 
 
+def _responses_body(text: str) -> bytes:
+    message = {
+        "type": "message",
+        "id": "msg_1",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+    usage = {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2}
+    answer = {"id": "resp_1", "object": "response", "status": "completed", "model": "m"}
+    return json.dumps({**answer, "output": [message], "usage": usage}).encode()
+
+
+BODY = {"anthropic": _anthropic_body, "openai": _openai_body, "responses": _responses_body}
+
+
 @pytest.mark.parametrize("coding", ["gzip", "deflate"])
 async def test_a_compressed_answer_is_decoded(
     server: FakeLLMServer, hostile, api: str, coding: str
 ) -> None:
     text = "compressed " * 20_000  # 220 kB: many chunks on the wire, each decoded as it comes
-    body = (_anthropic_body if api == "anthropic" else _openai_body)(text)
+    body = BODY[api](text)
     packed = gzip.compress(body) if coding == "gzip" else zlib.compress(body)
     chunks = [packed[i : i + 1000] for i in range(0, len(packed), 1000)]
     server.add(Hostile.raw(chunks, headers={"content-encoding": coding}))
@@ -905,7 +990,7 @@ async def test_an_unknown_content_encoding_is_passed_through(
 ) -> None:
     # As httpx2 does: a coding that was not asked for and is not known reads as it is (then
     # fails as JSON if it was really compressed).
-    body = (_anthropic_body if api == "anthropic" else _openai_body)("hi")
+    body = BODY[api]("hi")
     server.add(
         Hostile.raw(body, headers={"content-encoding": "x-unknown"}),
         Hostile.raw(zlib.compress(body), headers={"content-encoding": "br"}),
@@ -961,7 +1046,7 @@ def test_hostile_content_encodings_never_crash_or_stall_the_process(transport: s
     )
     assert child.returncode == 0, (child.returncode, child.stderr[-3000:])
     results = [json.loads(line) for line in child.stdout.splitlines()]
-    assert len(results) == 2 * 2 * 10, child.stdout
+    assert len(results) == 3 * 2 * 10, child.stdout
     for result in results:
         case, outcome = result["case"], result["outcome"]
         # Each case is a few milliseconds of work: a gap of a quarter second is the machine.
@@ -988,8 +1073,7 @@ async def test_a_gzip_bomb_is_decoded_a_step_at_a_time(
     packed = bomb.compress(b"\0" * (64 * MiB)) + bomb.flush()
     assert len(packed) < 128 * 1024
     server.add(Hostile.raw(packed, headers={"content-encoding": "gzip"}))
-    make = make_anthropic if api == "anthropic" else make_openai
-    provider = make(server, transport=transport, max_response_bytes=2 * MiB)
+    provider = MAKE[api](server, transport=transport, max_response_bytes=2 * MiB)
     tracemalloc.start()
     try:
         error = await outcome(provider, streaming=False)

@@ -14,9 +14,10 @@ assistant turns it returns carry the response's output items, exactly as the ser
 them, in ``origin``; the next request sends them back unchanged and in order, so each
 encrypted reasoning item goes back right before the call or message it preceded (the API
 refuses a reasoning item without its following item). Items fanloop has no part for (hosted
-tool calls, compaction, types newer than this code) are kept the same way. A turn whose parts
-were changed after it arrived (e.g. a tool-call id the loop had to replace) is translated from
-its parts instead, without its reasoning items.
+tool calls, compaction, types newer than this code) are kept the same way. A tool-call id the
+loop had to replace (a server reusing ``call_0`` on every turn) is rewritten in the items too,
+so the reasoning still goes back; a turn whose parts were changed any other way is translated
+from its parts instead, without its reasoning items.
 
 Reasoning summaries (and ``reasoning_text`` content, as some compatible servers send) become
 :class:`~fanloop.messages.ThinkingPart` text and stream as thinking deltas.
@@ -114,6 +115,8 @@ _INCOMPLETE: dict[str, StopReason] = {
     "content_filter": StopReason.REFUSAL,
 }
 _MAY_BE_EMPTY = frozenset({StopReason.MAX_TOKENS, StopReason.REFUSAL})
+# Background mode's first answers (a tuple: a hostile status may be unhashable).
+_UNFINISHED = ("queued", "in_progress")
 _MAX_INDEX = 2**31 - 1
 _STATELESS_INCLUDE = ["reasoning.encrypted_content"]
 
@@ -330,6 +333,11 @@ class OpenAIResponsesProvider(HTTPProvider):
             head.update(extra)
         if "input" in head or "messages" in head:
             raise ConfigurationError("'input' cannot be set through extra fields")
+        if head.get("background"):
+            raise ConfigurationError(
+                f"{self.name}: background mode (background=True) is not supported; "
+                "leave it out, the provider waits for each answer"
+            )
         messages = request.messages
         if self.store and "previous_response_id" not in head:
             messages = self._since_stored(messages, head)
@@ -782,10 +790,17 @@ def _response(
     elif status in (None, "completed"):
         raw_stop = "completed"
         stop = StopReason.TOOL_USE if calls else StopReason.END_TURN
+    elif status in _UNFINISHED:
+        raise ResponseInvalid(
+            f"the response is {status!r}, not finished: background mode is not supported "
+            "(leave out background=True; the provider waits for each answer)",
+            provider=provider.name,
+            request_id=request_id,
+            transient=False,  # asking again would start another background response
+        )
     else:
         raise ResponseInvalid(
-            f"the response is {short(status, 64) or 'in an unknown state'!r}, not finished "
-            "(background responses are not supported)",
+            f"the response is {short(status, 64) or 'in an unknown state'!r}, not finished",
             provider=provider.name,
             request_id=request_id,
         )

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..providers._types import ModelResponse
+from . import _responses
 from ._script import reply
 
 if TYPE_CHECKING:
@@ -43,6 +44,13 @@ _USAGE_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
         "output_tokens": ("output_tokens",),
         "cache_read_tokens": ("cache_read_input_tokens",),
         "cache_write_tokens": ("cache_creation_input_tokens",),
+    },
+    "responses": {
+        "input_tokens": ("input_tokens",),
+        "output_tokens": ("output_tokens",),
+        "cache_read_tokens": ("input_tokens_details", "cached_tokens"),
+        "cache_write_tokens": ("input_tokens_details", "cache_write_tokens"),
+        "reasoning_tokens": ("output_tokens_details", "reasoning_tokens"),
     },
     "openai": {
         "input_tokens": ("prompt_tokens",),
@@ -220,7 +228,10 @@ class Hostile:
         whole usage object replaced by ``raw`` (e.g. ``raw="lots"``)."""
 
         def patch(payload: dict[str, Any]) -> None:
-            holder = payload.get("message") if payload.get("type") == "message_start" else payload
+            kind = payload.get("type")
+            holder = payload.get("message") if kind == "message_start" else payload
+            if kind in ("response.completed", "response.incomplete"):
+                holder = payload.get("response")  # the Responses API's final event
             if not isinstance(holder, dict) or "usage" not in holder:
                 return
             if raw is not _UNSET:
@@ -229,7 +240,13 @@ class Hostile:
             usage = holder["usage"]
             if not isinstance(usage, dict):
                 return
-            api = "openai" if "completion_tokens" in usage else "anthropic"
+            api = (
+                "openai"
+                if "completion_tokens" in usage
+                else "responses"
+                if "input_tokens_details" in usage
+                else "anthropic"
+            )
             for name, value in fields.items():
                 path = _USAGE_NAMES[api].get(name, (name,))
                 target: dict[str, Any] = usage
@@ -251,6 +268,8 @@ class Hostile:
         def patch(payload: dict[str, Any]) -> None:
             for holder in _tool_call_holders(payload):
                 holder.pop("id", None)
+            for item in _function_call_items(payload):
+                item.pop("call_id", None)
 
         return cls("patched", turn=turn, patch=patch)
 
@@ -332,6 +351,47 @@ def _tool_call_holders(payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
                 yield from (c for c in holder.get("tool_calls") or () if isinstance(c, dict))
 
 
+def _function_call_items(payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The Responses API's ``function_call`` items in a payload (an event or a body)."""
+    holders = [payload.get("item"), payload]
+    final = payload.get("response")
+    if isinstance(final, dict):
+        holders.append(final)
+    for holder in holders:
+        if not isinstance(holder, dict):
+            continue
+        items = [holder] if holder is payload.get("item") else holder.get("output") or ()
+        for item in items:
+            if isinstance(item, dict) and item.get("type") == "function_call":
+                yield item
+
+
+def render_stream(
+    api: str, response: ModelResponse, model: str, request_id: str, size: int
+) -> list[bytes]:
+    """The frames of ``response`` streamed on ``api``, deltas of ``size`` characters."""
+    from . import _server as s
+
+    if api == "anthropic":
+        return s._anthropic_events(response, model, request_id, size).frames
+    if api == "responses":
+        frames = s._Frames()
+        _responses.response_events(frames, response, model, request_id, {}, size)
+        return frames.frames
+    return s._openai_chunks(response, model, request_id, size).frames
+
+
+def render_body(api: str, response: ModelResponse, model: str, request_id: str) -> dict[str, Any]:
+    """The JSON body of ``response`` on ``api``, not streamed."""
+    from . import _server as s
+
+    if api == "anthropic":
+        return s._anthropic_message(response, model, request_id)
+    if api == "responses":
+        return _responses.response_object(response, model, request_id, {})
+    return s._openai_completion(response, model, request_id)
+
+
 # -- playing --------------------------------------------------------------------------------
 
 
@@ -345,8 +405,6 @@ async def play(
     stream: bool,
 ) -> bool:
     """Answer one request with ``hostile``; ``False`` when the connection must close."""
-    from . import _server as s
-
     mode = hostile.mode
     if mode == "error":
         return await _error(server, hostile, writer, api, request_id)
@@ -363,8 +421,7 @@ async def play(
     writer.write(f"{head}transfer-encoding: chunked\r\n\r\n".encode())
     if mode == "keepalive":
         if hostile.turn is not None and stream:
-            render = s._anthropic_events if api == "anthropic" else s._openai_chunks
-            frames = render(hostile.turn, model, request_id, server.chars_per_delta).frames
+            frames = render_stream(api, hostile.turn, model, request_id, server.chars_per_delta)
             await _chunk(writer, b"".join(frames))
         await _forever(writer, hostile, api, stream)
         return False
@@ -378,16 +435,14 @@ async def play(
     else:
         response = hostile.turn or _turn(None)
         if stream:
-            render = s._anthropic_events if api == "anthropic" else s._openai_chunks
-            frames = render(response, model, request_id, server.chars_per_delta).frames
+            frames = render_stream(api, response, model, request_id, server.chars_per_delta)
             if mode == "no_end_marker":
                 frames = frames[:-1]
             elif hostile.patch is not None:
                 frames = [_patch_frame(frame, hostile.patch) for frame in frames]
             pieces = [b"".join(frames)]
         else:
-            build = s._anthropic_message if api == "anthropic" else s._openai_completion
-            payload = build(response, model, request_id)
+            payload = render_body(api, response, model, request_id)
             data = _patched(payload, hostile.patch) if hostile.patch else _dumps(payload).encode()
             pieces = [data[: len(data) // 2] if mode == "no_end_marker" else data]
     await _write(writer, pieces, hostile.gzip)
@@ -431,34 +486,30 @@ async def _forever(writer: asyncio.StreamWriter, hostile: Hostile, api: str, str
 
 
 def _huge(api: str, model: str, request_id: str, hostile: Hostile, stream: bool) -> Iterator[bytes]:
-    """A turn whose text is ``hostile.size`` bytes of ``x``, in ``chunk_size`` pieces."""
-    from . import _server as s
-
+    """A turn whose text is ``hostile.size`` bytes of ``x``, in ``chunk_size`` pieces (in
+    every place the API repeats the text: the Responses API's stream has it five times)."""
     marker = "\x00MARK\x00"
     response = reply(marker)
     if stream:
-        render = s._anthropic_events if api == "anthropic" else s._openai_chunks
-        body = b"".join(render(response, model, request_id, len(marker)).frames)
+        body = b"".join(render_stream(api, response, model, request_id, len(marker)))
     else:
-        build = s._anthropic_message if api == "anthropic" else s._openai_completion
-        body = _dumps(build(response, model, request_id)).encode()
-    before, _, after = body.partition(_dumps(marker)[1:-1].encode())
-    yield before
+        body = _dumps(render_body(api, response, model, request_id)).encode()
+    first, *rest = body.split(_dumps(marker)[1:-1].encode())
+    yield first
     piece = b"x" * min(hostile.chunk_size, hostile.size)
-    left = hostile.size
-    while left >= len(piece) > 0:
-        yield piece
-        left -= len(piece)
-    if left:
-        yield piece[:left]
-    yield after
+    for after in rest:
+        left = hostile.size
+        while left >= len(piece) > 0:
+            yield piece
+            left -= len(piece)
+        if left:
+            yield piece[:left]
+        yield after
 
 
 def _flood(
     api: str, model: str, request_id: str, hostile: Hostile, stream: bool
 ) -> Iterator[bytes]:
-    from . import _server as s
-
     count = hostile.count
     if hostile.kind == "tool_calls":
         yield from _many_calls(api, model, request_id, count, stream)
@@ -470,11 +521,9 @@ def _flood(
     else:
         response = reply("x" * count)
     if stream:
-        render = s._anthropic_events if api == "anthropic" else s._openai_chunks
-        yield from render(response, model, request_id, 1).frames
+        yield from render_stream(api, response, model, request_id, 1)
     else:
-        build = s._anthropic_message if api == "anthropic" else s._openai_completion
-        yield _dumps(build(response, model, request_id)).encode()
+        yield _dumps(render_body(api, response, model, request_id)).encode()
 
 
 def _many_calls(api: str, model: str, request_id: str, count: int, stream: bool) -> Iterator[bytes]:
@@ -514,6 +563,9 @@ def _many_calls(api: str, model: str, request_id: str, count: int, stream: bool)
         )
         yield s._sse("message_stop", {"type": "message_stop"})
         return
+    if api == "responses":
+        yield from _many_function_calls(model, request_id, count, stream)
+        return
     calls: Iterator[dict[str, Any]] = (
         {"index": i, "id": f"call_{i}", "type": "function",
          "function": {"name": "noop", "arguments": "{}"}}
@@ -535,6 +587,30 @@ def _many_calls(api: str, model: str, request_id: str, count: int, stream: bool)
         yield b"data: %s\n\n" % _dumps({"id": request_id, "choices": [choice]}).encode()
     choice = {"index": 0, "delta": {}, "finish_reason": "tool_calls"}
     yield b"data: %s\n\ndata: [DONE]\n\n" % _dumps({"id": request_id, "choices": [choice]}).encode()
+
+
+def _many_function_calls(model: str, request_id: str, count: int, stream: bool) -> Iterator[bytes]:
+    """The Responses API's turn of ``count`` function calls."""
+    from . import _server as s
+
+    def items() -> Iterator[dict[str, Any]]:
+        for i in range(count):
+            yield {"type": "function_call", "id": f"fc_{i}", "call_id": f"call_{i}",
+                   "name": "noop", "arguments": "{}", "status": "completed"}  # fmt: skip
+
+    final = _responses.response_object(reply("go"), model, request_id, {}, output=[])
+    final["output"] = _LIST
+    if not stream:
+        yield from _json_with_list(final, items())
+        return
+    start = {**final, "status": "in_progress", "output": [], "usage": None}
+    yield s._sse("response.created", {"type": "response.created", "response": start})
+    for i, item in enumerate(items()):
+        for kind in ("response.output_item.added", "response.output_item.done"):
+            yield s._sse(kind, {"type": kind, "output_index": i, "item": item})
+    yield b"event: response.completed\ndata: "
+    yield from _json_with_list({"type": "response.completed", "response": final}, items())
+    yield b"\n\n"
 
 
 _LIST = "\x00LIST\x00"
@@ -595,7 +671,7 @@ async def _error(
         extra += "content-encoding: gzip\r\n"
     head = server._head(hostile.status, "application/json", request_id, extra)
     writer.write(f"{head}transfer-encoding: chunked\r\n\r\n".encode())
-    if api == "openai":
+    if api == "openai" or api == "responses":
         payload: dict[str, Any] = {
             "error": {"message": "\x00", "type": "server_error", "param": None, "code": None}
         }

@@ -565,16 +565,6 @@ class FakeLLMServer:
             await asyncio.sleep(self.latency)
         fault: Fault | None = None
         if isinstance(turn, Hostile):
-            if api == "responses" and not _raw_hostile(turn):
-                await self._send_error(
-                    writer,
-                    api,
-                    400,
-                    None,
-                    "on the Responses API, Hostile plays raw bodies, errors and keep-alives only",
-                    request_id,
-                )
-                return True
             stream = body.get("stream") is True or (cloud is not None and cloud.stream)
             model = cloud.model if cloud is not None else str(body.get("model") or "fake-model")
             return await play(self, turn, writer, api, model, request_id, stream)
@@ -775,13 +765,6 @@ class FakeLLMServer:
         write(b"0\r\n\r\n")
         await writer.drain()
         return True
-
-
-def _raw_hostile(hostile: Hostile) -> bool:
-    """Whether ``hostile`` plays the same on every wire (nothing of a turn rendered)."""
-    return hostile.mode in ("raw", "raw_http", "error") or (
-        hostile.mode == "keepalive" and hostile.turn is None
-    )
 
 
 def _number(value: float) -> str:
