@@ -15,7 +15,7 @@ trusted to honour them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -32,6 +32,11 @@ ALL_SETTINGS = frozenset(
         "tool_choice",
         "parallel_tool_calls",
         "seed",
+        "reasoning_effort",
+        "reasoning_summary",
+        "verbosity",
+        "service_tier",
+        "prompt_cache_key",
         "extra",
     }
 )
@@ -58,8 +63,17 @@ class ModelSettings(BaseModel):
             ``final_result`` tool ends the run.
         parallel_tool_calls: whether the model may ask for several tool calls in one turn.
         seed: a seed for (best-effort) deterministic sampling (OpenAI only).
+        reasoning_effort: how hard a reasoning model thinks (``"none"``, ``"minimal"``,
+            ``"low"``, ``"medium"``, ``"high"``, ``"xhigh"``; OpenAI's two APIs).
+        reasoning_summary: the reasoning summary a Responses model streams (``"auto"``,
+            ``"concise"``, ``"detailed"``; the Responses API).
+        verbosity: how long the answer is (``"low"``, ``"medium"``, ``"high"``; OpenAI's two
+            APIs, GPT-5 models).
+        service_tier: the processing tier (OpenAI: ``"auto"``, ``"default"``, ``"flex"``,
+            ``"priority"``; Anthropic: ``"auto"``, ``"standard_only"``).
+        prompt_cache_key: requests sharing it share OpenAI's prompt cache (OpenAI's two APIs).
         extra: fields merged into the request body last, for options fanloop does not model
-            (``{"top_k": 5}``, ``{"reasoning_effort": "low"}``). Nothing checks them.
+            (``{"top_k": 5}``). Nothing checks them.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -71,6 +85,11 @@ class ModelSettings(BaseModel):
     tool_choice: str | None = None
     parallel_tool_calls: bool | None = None
     seed: int | None = None
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    reasoning_summary: Literal["auto", "concise", "detailed"] | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None
+    service_tier: str | None = Field(default=None, min_length=1, max_length=64)
+    prompt_cache_key: str | None = Field(default=None, min_length=1, max_length=1024)
     extra: dict[str, Any] | None = None
 
     @field_validator("stop", mode="before")

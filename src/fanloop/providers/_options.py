@@ -16,9 +16,14 @@ Setting: OpenAI Chat Completions / Anthropic Messages
 - a typed answer: ``response_format`` ``json_schema`` / ``output_config.format``
   ``json_schema``.
 
+- ``reasoning_effort``, ``verbosity``, ``prompt_cache_key``: the same fields / not supported.
+- ``service_tier``: ``service_tier`` on both.
+
 The OpenAI Responses API takes ``temperature``, ``top_p``, ``max_output_tokens``,
 ``tool_choice`` (``"auto"``, ``"required"``, ``"none"`` or ``{"type": "function", "name": ...}``),
-``parallel_tool_calls`` and ``extra``; it has no ``stop`` and no ``seed`` (refused). A typed
+``parallel_tool_calls``, ``reasoning.effort`` and ``reasoning.summary``, ``text.verbosity``,
+``service_tier``, ``prompt_cache_key`` and ``extra``; it has no ``stop`` and no ``seed``
+(refused). A typed
 answer goes out as ``text.format`` (``{"type": "json_schema", "name", "schema", "strict"}``).
 
 ``tool_choice`` and ``parallel_tool_calls`` are sent only with tools (both APIs refuse them
@@ -44,12 +49,14 @@ __all__ = [
     "openai_fields",
     "openai_response_format",
     "responses_fields",
+    "responses_reasoning",
     "responses_text_format",
     "settings_extra",
 ]
 
-OPENAI_SETTINGS = ALL_SETTINGS
-ANTHROPIC_SETTINGS = ALL_SETTINGS - {"seed"}
+_OPENAI_ONLY = frozenset({"reasoning_effort", "reasoning_summary", "verbosity", "prompt_cache_key"})
+OPENAI_SETTINGS = ALL_SETTINGS - {"reasoning_summary"}
+ANTHROPIC_SETTINGS = ALL_SETTINGS - {"seed"} - _OPENAI_ONLY
 RESPONSES_SETTINGS = ALL_SETTINGS - {"seed", "stop"}
 
 
@@ -102,7 +109,19 @@ def openai_fields(request: ModelRequest, provider: str) -> dict[str, Any]:
         )
     if settings.parallel_tool_calls is not None and has_tools:
         out["parallel_tool_calls"] = settings.parallel_tool_calls
+    if settings.reasoning_effort is not None:
+        out["reasoning_effort"] = settings.reasoning_effort
+    if settings.verbosity is not None:
+        out["verbosity"] = settings.verbosity
+    _tiers(settings, out)
     return out
+
+
+def _tiers(settings: ModelSettings, out: dict[str, Any]) -> None:
+    if settings.service_tier is not None:
+        out["service_tier"] = settings.service_tier
+    if settings.prompt_cache_key is not None:
+        out["prompt_cache_key"] = settings.prompt_cache_key
 
 
 def responses_fields(request: ModelRequest, provider: str) -> dict[str, Any]:
@@ -124,6 +143,32 @@ def responses_fields(request: ModelRequest, provider: str) -> dict[str, Any]:
         )
     if settings.parallel_tool_calls is not None and has_tools:
         out["parallel_tool_calls"] = settings.parallel_tool_calls
+    _tiers(settings, out)
+    return out
+
+
+def responses_reasoning(
+    settings: ModelSettings | None, head: dict[str, Any]
+) -> dict[str, Any] | None:
+    """``head``'s ``reasoning`` and ``text`` objects with ``settings``' reasoning effort and
+    summary and verbosity applied (new dicts: ``head``'s may be shared), or ``None``."""
+    if settings is None or (
+        settings.reasoning_effort is None
+        and settings.reasoning_summary is None
+        and settings.verbosity is None
+    ):
+        return None
+    out: dict[str, Any] = {}
+    if settings.reasoning_effort is not None or settings.reasoning_summary is not None:
+        reasoning = dict(head.get("reasoning") or {})
+        if settings.reasoning_effort is not None:
+            reasoning["effort"] = settings.reasoning_effort
+            reasoning.setdefault("summary", "auto")
+        if settings.reasoning_summary is not None:
+            reasoning["summary"] = settings.reasoning_summary
+        out["reasoning"] = reasoning
+    if settings.verbosity is not None:
+        out["text"] = {**(head.get("text") or {}), "verbosity": settings.verbosity}
     return out
 
 
@@ -158,6 +203,8 @@ def anthropic_fields(request: ModelRequest, provider: str) -> dict[str, Any]:
             choice["disable_parallel_tool_use"] = True
     if choice is not None:
         out["tool_choice"] = choice
+    if settings.service_tier is not None:
+        out["service_tier"] = settings.service_tier
     return out
 
 

@@ -74,6 +74,7 @@ from ._http import (
 from ._options import (
     RESPONSES_SETTINGS,
     responses_fields,
+    responses_reasoning,
     responses_text_format,
     settings_extra,
 )
@@ -321,6 +322,8 @@ class OpenAIResponsesProvider(HTTPProvider):
             }
         if request.settings is not None:
             head.update(responses_fields(request, self.name))
+            if (reasoning := responses_reasoning(request.settings, head)) is not None:
+                head.update(reasoning)
         if request.output is not None:
             text_field = dict(head.get("text") or {})
             text_field["format"] = responses_text_format(request.output)
