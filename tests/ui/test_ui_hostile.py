@@ -17,28 +17,15 @@ import anyio
 import httpx2
 import pytest
 from _vercel_support import user
-from ui_helpers import serve
+from ui_helpers import Ended, serve
 
-from fanloop import Agent, NullObserver, tool
+from fanloop import Agent, tool
 from fanloop.errors import RequestInvalid
-from fanloop.observers import ConversationSummary
 from fanloop.sessions import SQLiteStore
 from fanloop.testing import ScriptedProvider, call, reply
 from fanloop.ui import AGUIApp, VercelAIApp
 from fanloop.ui._agui import parse_input
 from fanloop.ui._vercel import parse_request
-
-
-class Ended(NullObserver):
-    """Says how each run ended, to a test in another thread."""
-
-    def __init__(self) -> None:
-        self.reasons: list[str] = []
-        self.done = threading.Event()
-
-    def on_conversation_end(self, summary: ConversationSummary) -> None:
-        self.reasons.append(str(summary.termination_reason))
-        self.done.set()
 
 
 def agui_body(thread: str = "t", text: str = "hi", **extra: Any) -> dict[str, Any]:
@@ -259,3 +246,16 @@ async def test_two_processes_racing_to_answer_one_approval_run_the_call_once(
     assert ends == ["RUN_ERROR", "RUN_FINISHED"]
     error = next(o[-1] for o in outcomes if o[-1]["type"] == "RUN_ERROR")
     assert error["code"] == "approval_conflict"
+
+
+def test_a_route_and_a_mount_answer_both_paths_without_a_redirect() -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount, Route
+
+    chat = VercelAIApp(Agent(ScriptedProvider(["bare", "slashed"])))
+    app = Starlette(routes=[Route("/api/chat", chat, methods=["POST"]), Mount("/api/chat", chat)])
+    with serve(app) as url, httpx2.Client(timeout=30) as client:
+        bare = client.post(url + "/api/chat", json=vercel_body("b"))
+        slashed = client.post(url + "/api/chat/", json=vercel_body("s"))
+    assert (bare.status_code, slashed.status_code) == (200, 200)
+    assert '"delta":"bare"' in bare.text and '"delta":"slashed"' in slashed.text

@@ -42,6 +42,7 @@ from ._core import (
     check_session_id,
     check_tool_name,
     detached,
+    lifespan,
     loads,
     media_part,
     parse_off_loop,
@@ -120,7 +121,7 @@ class AGUIApp:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await lifespan(receive, send)
             return
         if scope["type"] != "http":
             return
@@ -492,16 +493,6 @@ async def _sync_state(session: Any, meta: _Meta) -> Any:
             await session.set_metadata(**{STATE_KEY: meta.state})
         return None
     return stored
-
-
-async def _lifespan(receive: Any, send: Any) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
 
 
 # -- the events ------------------------------------------------------------------------------

@@ -72,6 +72,7 @@ __all__ = [
     "check_session_id",
     "check_tool_name",
     "detached",
+    "lifespan",
     "loads",
     "media_part",
     "parse_off_loop",
@@ -605,6 +606,17 @@ async def detached(
             task.cancel()
             with anyio.move_on_after(grace, shield=True):
                 await asyncio.wait({task})
+
+
+async def lifespan(receive: Any, send: Any) -> None:
+    """Answer an ASGI lifespan (the apps have nothing to start or stop)."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
 
 
 def text_of(content: Any) -> str:

@@ -73,6 +73,7 @@ from ._core import (
     answer_of,
     check_session_id,
     detached,
+    lifespan,
     media_part,
     parse_off_loop,
     read_body,
@@ -727,7 +728,7 @@ class VercelAIApp:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await lifespan(receive, send)
             return
         if scope["type"] != "http":
             return
@@ -746,13 +747,3 @@ class VercelAIApp:
             return
         chunks = detached(_chunks(self.bridge, chat, self.version, scope))
         await serve_sse(receive, send, _sse(chunks), headers=_STREAM_HEADER)
-
-
-async def _lifespan(receive: Any, send: Any) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
