@@ -9,7 +9,6 @@ import json
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,11 +18,10 @@ import anyio
 import httpx2
 import pytest
 from _agui_child import build
-from ui_helpers import serve
+from ui_helpers import Ended, serve
 
-from fanloop import Agent, Hooks, NullObserver, tool
+from fanloop import Agent, Hooks, tool
 from fanloop.errors import RequestInvalid
-from fanloop.observers import ConversationSummary
 from fanloop.providers import ModelRequest
 from fanloop.testing import FakeLLMServer, ScriptedProvider, call, reply
 from fanloop.ui import AGUIApp, agui_events
@@ -52,18 +50,6 @@ async def post(url: str, body: Any) -> list[dict[str, Any]]:
             async for line in response.aiter_lines()
             if line.startswith("data: ")
         ]
-
-
-class Ended(NullObserver):
-    """Says how each run ended, to a test in another thread."""
-
-    def __init__(self) -> None:
-        self.reasons: list[str] = []
-        self.done = threading.Event()
-
-    def on_conversation_end(self, summary: ConversationSummary) -> None:
-        self.reasons.append(str(summary.termination_reason))
-        self.done.set()
 
 
 @tool

@@ -16,6 +16,9 @@ from typing import Any
 
 import uvicorn
 
+from fanloop import NullObserver
+from fanloop.observers import ConversationSummary
+
 NODE_DIR = Path(__file__).parent / "node"
 
 
@@ -74,3 +77,15 @@ def run_node(node_modules: Path, script: str, *args: str, timeout: float = 120) 
             f"node {script} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
         )
     return done.stdout
+
+
+class Ended(NullObserver):
+    """Says how each run ended, to a test in another thread."""
+
+    def __init__(self) -> None:
+        self.reasons: list[str] = []
+        self.done = threading.Event()
+
+    def on_conversation_end(self, summary: ConversationSummary) -> None:
+        self.reasons.append(str(summary.termination_reason))
+        self.done.set()

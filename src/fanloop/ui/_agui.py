@@ -25,6 +25,7 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
 from typing import Any, Final
 
+from .._log import logger
 from .._result import RunResult, TerminationReason
 from ..errors import ApprovalConflict, ApprovalError, FanloopError, ProviderError, RequestInvalid
 from ..events import Event
@@ -37,10 +38,14 @@ from ._core import (
     PromptPart,
     Turn,
     answer_of,
+    check_json,
     check_session_id,
     check_tool_name,
+    detached,
+    lifespan,
     loads,
     media_part,
+    parse_off_loop,
     read_body,
     send_json,
     serve_sse,
@@ -56,6 +61,8 @@ MAX_MESSAGES = 2_000
 MAX_RESUME = 64
 MAX_CONTEXT = 64
 MAX_STATE_BYTES = 256_000
+MAX_STATE_DEPTH = 64
+MAX_SCHEMA_BYTES = 32_000
 STATE_KEY: Final = "fanloop.ui.state"
 """Session metadata: the AG-UI ``state`` last sent for the thread."""
 
@@ -114,7 +121,7 @@ class AGUIApp:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await lifespan(receive, send)
             return
         if scope["type"] != "http":
             return
@@ -122,8 +129,9 @@ class AGUIApp:
             await send_json(send, 405, {"error": "POST a RunAgentInput", "code": "method"})
             return
         try:
-            body = loads(await read_body(receive, self.max_request_bytes))
-            turn, meta = parse_input(body)
+            body, (turn, meta) = await parse_off_loop(
+                await read_body(receive, self.max_request_bytes), parse_input
+            )
         except RequestInvalid as exc:
             if exc.code != "disconnected":
                 await send_json(send, 400, {"error": str(exc), "code": exc.code})
@@ -151,10 +159,15 @@ class AGUIApp:
         turn, meta = parse_input(body)
         return self.events_for(turn, meta, body)
 
-    async def events_for(
+    def events_for(
         self, turn: Turn, meta: _Meta, body: Any
     ) -> AsyncGenerator[dict[str, Any], None]:
         """The events of a parsed request (see :meth:`events`)."""
+        return detached(self._events_for(turn, meta, body))
+
+    async def _events_for(
+        self, turn: Turn, meta: _Meta, body: Any
+    ) -> AsyncGenerator[dict[str, Any], None]:
         enc = _Encoder(meta, self.bridge.client_tool_names(turn), turn.client_results)
         yield enc.started()
         try:
@@ -174,7 +187,9 @@ class AGUIApp:
                     async for ev in run:
                         for out in enc.feed(ev):
                             yield out
-                except (FanloopError, OSError) as exc:
+                except Exception as exc:  # a failed run still ends its stream, with the error
+                    if not isinstance(exc, FanloopError):
+                        logger.exception("ui_run_failed", protocol="ag-ui", session=turn.session_id)
                     for out in enc.failed(exc):
                         yield out
                     return
@@ -269,8 +284,8 @@ def parse_input(body: Any) -> tuple[Turn, _Meta]:
         prompt = [*prompt, f"Context from the application:\n{notes}"]
     state = body.get("state")
     has_state = state is not None and state != {}
-    if has_state and len(json.dumps(state, default=str)) > MAX_STATE_BYTES:
-        raise RequestInvalid(f"state is over {MAX_STATE_BYTES} bytes", code="too_large")
+    if has_state:
+        check_json(state, "state", max_bytes=MAX_STATE_BYTES, max_depth=MAX_STATE_DEPTH)
     turn = Turn(
         session_id=thread_id,
         prompt=prompt,
@@ -297,12 +312,15 @@ def _list(body: dict[str, Any], key: str, cap: int) -> list[Any]:
 def _tool(value: Any) -> ClientToolSpec:
     if not isinstance(value, dict):
         raise RequestInvalid("a tool is an object with a name", code="bad_tool")
+    name = check_tool_name(value.get("name"))
     params = value.get("parameters")
     if params is not None and not isinstance(params, dict):
         raise RequestInvalid("a tool's parameters are a JSON schema object", code="bad_tool")
+    if params is not None:
+        check_json(params, f"the parameters of tool {name!r}", max_bytes=MAX_SCHEMA_BYTES)
     description = value.get("description", "")
     return ClientToolSpec(
-        name=check_tool_name(value.get("name")),
+        name=name,
         description=description[:4000] if isinstance(description, str) else "",
         parameters=params,
     )
@@ -475,16 +493,6 @@ async def _sync_state(session: Any, meta: _Meta) -> Any:
             await session.set_metadata(**{STATE_KEY: meta.state})
         return None
     return stored
-
-
-async def _lifespan(receive: Any, send: Any) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
 
 
 # -- the events ------------------------------------------------------------------------------
@@ -849,8 +857,14 @@ class _Encoder:
             code = "provider_error"
         else:
             code = type(exc).__name__
+        # Only fanloop's own messages reach the browser: another's may hold server internals.
+        message = str(exc)[:4000] if isinstance(exc, FanloopError) else ""
         out.append(
-            {"type": "RUN_ERROR", "message": str(exc)[:4000] or type(exc).__name__, "code": code}
+            {
+                "type": "RUN_ERROR",
+                "message": message or f"the run failed ({type(exc).__name__})",
+                "code": code,
+            }
         )
         return out
 

@@ -30,6 +30,7 @@ may answer all of them at once.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import contextvars
@@ -37,13 +38,14 @@ import inspect
 import json
 import re
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import anyio
+from anyio.abc import TaskGroup
 
 from .._agent import _AUTO_TOOLS
 from .._approvals import DEFER, pending_approvals
@@ -66,10 +68,14 @@ __all__ = [
     "Started",
     "Turn",
     "answer_of",
+    "check_json",
     "check_session_id",
     "check_tool_name",
+    "detached",
+    "lifespan",
     "loads",
     "media_part",
+    "parse_off_loop",
     "read_body",
     "send_json",
     "serve_sse",
@@ -82,8 +88,13 @@ MAX_TOOL_NAME = 64
 MAX_CLIENT_TOOLS = 64
 MAX_SESSION_ID = 200
 MAX_REASON_CHARS = 2_000
-_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-_SESSION_ID = re.compile(r"^[\x21-\x7e]{1,200}$")
+MAX_SCHEMA_BYTES = 32_000
+MAX_JSON_DEPTH = 32
+# What model APIs accept as a tool name (fullmatch: ``$`` would let a trailing newline in).
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_SESSION_ID = re.compile(r"[\x21-\x7e]{1,200}")
+
+_T = TypeVar("_T")
 
 LAST_INPUT_KEY: Final = "fanloop.ui.last_input"
 """Session metadata: the id of the last client message turned into a prompt (a client that
@@ -459,6 +470,26 @@ def loads(body: bytes | str) -> Any:
         raise RequestInvalid(f"the request body is not JSON: {exc}", code="bad_json") from None
 
 
+_PARSE_IN_THREAD = 64 * 1024
+
+
+async def parse_off_loop(raw: bytes, parse: Callable[[Any], _T]) -> tuple[Any, _T]:
+    """A request body as JSON, and ``parse`` of it; in a worker thread when the body is
+    large (parsing megabytes, decoding base64 images, must not stall every other stream).
+
+    Raises:
+        RequestInvalid: the body is not JSON, or ``parse`` refuses it.
+    """
+
+    def work() -> tuple[Any, _T]:
+        body = loads(raw)
+        return body, parse(body)
+
+    if len(raw) < _PARSE_IN_THREAD:
+        return work()
+    return await anyio.to_thread.run_sync(work)
+
+
 async def send_json(
     send: Callable[[dict[str, Any]], Awaitable[None]], status: int, body: Any
 ) -> None:
@@ -497,21 +528,16 @@ async def serve_sse(
     socket is full, so a client that does not read stops the run at its bounded buffer
     instead of growing memory. A client that disconnects cancels the frames' producer
     (and with it the run) at once, even while the run is quiet.
+
+    The frames are read, and closed, in a task of their own: whatever cancel scope their
+    generator holds is entered and left in that task with no scope of ours in between (a
+    server's forced shutdown cancels us anywhere, even mid-``send``).
     """
     await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *headers]})
     gone = False
-    async with anyio.create_task_group() as tg:
 
-        async def watch() -> None:
-            nonlocal gone
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    gone = True
-                    tg.cancel_scope.cancel()
-                    return
-
-        tg.start_soon(watch)
+    async def pump(tg: TaskGroup) -> None:
+        nonlocal gone
         try:
             async for frame in frames:
                 await send({"type": "http.response.body", "body": frame, "more_body": True})
@@ -521,11 +547,76 @@ async def serve_sse(
         finally:
             aclose = getattr(frames, "aclose", None)
             if aclose is not None:
-                with anyio.CancelScope(shield=gone):
-                    await aclose()
-            tg.cancel_scope.cancel()
+                await aclose()
+            tg.cancel_scope.cancel()  # done: stop watching for the disconnect
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(pump, tg)
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                gone = True
+                tg.cancel_scope.cancel()
+                break
     if gone:
         logger.info("ui_client_disconnected")
+
+
+async def detached(
+    source: AsyncGenerator[_T, None], *, buffer: int = 8, grace: float = 30.0
+) -> AsyncGenerator[_T, None]:
+    """``source``'s items, produced in a task of its own.
+
+    A generator that holds a run (its task group, its cancel scopes) must be closed by the
+    task that opened it. Frameworks do not promise that: Starlette's ``StreamingResponse``
+    drops an iterator it cancelled, and Python then closes it from a new task. Here the
+    run stays in its own task; this generator holds no scope across a ``yield``, and closing
+    it, from any task, cancels the producer and waits (at most ``grace`` seconds) for the
+    run to end.
+
+    Raises:
+        Exception: what ``source`` raised, after the items it gave before.
+    """
+    send, recv = anyio.create_memory_object_stream[_T](buffer)
+    failure: list[BaseException] = []
+
+    async def produce() -> None:
+        try:
+            async with send:
+                async for item in source:
+                    await send.send(item)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass  # the reader left
+        except Exception as exc:
+            failure.append(exc)
+        finally:
+            await source.aclose()
+
+    task = asyncio.get_running_loop().create_task(produce())
+    try:
+        async with recv:
+            async for item in recv:
+                yield item
+        await asyncio.wait({task})  # the run's own ending (its session saved) is part of it
+        if failure:
+            raise failure[0]
+    finally:
+        recv.close()
+        if not task.done():
+            task.cancel()
+            with anyio.move_on_after(grace, shield=True):
+                await asyncio.wait({task})
+
+
+async def lifespan(receive: Any, send: Any) -> None:
+    """Answer an ASGI lifespan (the apps have nothing to start or stop)."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
 
 
 def text_of(content: Any) -> str:
@@ -540,7 +631,7 @@ def text_of(content: Any) -> str:
 
 def check_session_id(value: Any, what: str) -> str:
     """A session id from the client: printable ASCII, at most 200 characters."""
-    if not isinstance(value, str) or not _SESSION_ID.match(value):
+    if not isinstance(value, str) or not _SESSION_ID.fullmatch(value):
         raise RequestInvalid(
             f"{what} must be 1 to {MAX_SESSION_ID} printable ASCII characters", code="bad_id"
         )
@@ -548,12 +639,34 @@ def check_session_id(value: Any, what: str) -> str:
 
 
 def check_tool_name(value: Any) -> str:
-    """A client tool's name: letters, digits, ``_.-``, at most 64 characters."""
-    if not isinstance(value, str) or not _NAME.match(value):
+    """A client tool's name: letters, digits, ``_`` and ``-``, at most 64 characters (what
+    model APIs accept)."""
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
         raise RequestInvalid(
-            "a tool name must be 1 to 64 letters, digits, '_', '.' or '-'", code="bad_tool"
+            "a tool name must be 1 to 64 letters, digits, '_' or '-'", code="bad_tool"
         )
     return value
+
+
+def check_json(value: Any, what: str, *, max_bytes: int, max_depth: int = MAX_JSON_DEPTH) -> None:
+    """Refuse a client's JSON value nested deeper than ``max_depth`` or larger than
+    ``max_bytes`` once encoded (walked without recursion).
+
+    Raises:
+        RequestInvalid: the value is too deep or too large.
+    """
+    level: list[Any] = [value] if isinstance(value, dict | list) else []
+    for _ in range(max_depth):
+        level = [
+            child
+            for item in level
+            for child in (item.values() if isinstance(item, dict) else item)
+            if isinstance(child, dict | list)
+        ]
+    if level:
+        raise RequestInvalid(f"{what} is nested over {max_depth} levels deep", code="too_large")
+    if len(_encode(value)) > max_bytes:
+        raise RequestInvalid(f"{what} is over {max_bytes} bytes", code="too_large")
 
 
 def answer_of(status: str, payload: Any) -> bool | str:

@@ -72,8 +72,10 @@ from ._core import (
     Turn,
     answer_of,
     check_session_id,
-    loads,
+    detached,
+    lifespan,
     media_part,
+    parse_off_loop,
     read_body,
     send_json,
     serve_sse,
@@ -651,8 +653,12 @@ async def vercel_chunks(
     """
     chat = parse_request(body)  # a bad body is refused before the first chunk
     bridge = Bridge(agent, store=store, ask_browser=ask_browser)
-    async for chunk in _chunks(bridge, chat, version):
-        yield chunk
+    chunks = detached(_chunks(bridge, chat, version))
+    try:
+        async for chunk in chunks:
+            yield chunk
+    finally:
+        await chunks.aclose()
 
 
 # -- the ASGI app ----------------------------------------------------------------------------
@@ -713,7 +719,7 @@ class VercelAIApp:
         self, body: Mapping[str, Any], *, request: Any = None
     ) -> AsyncGenerator[dict[str, Any], None]:
         """The UI message chunks answering one request body (see :func:`vercel_chunks`)."""
-        return _chunks(self.bridge, parse_request(body), self.version, request)
+        return detached(_chunks(self.bridge, parse_request(body), self.version, request))
 
     def sse(self, body: Mapping[str, Any], *, request: Any = None) -> AsyncIterator[bytes]:
         """:meth:`chunks` as SSE bytes ending ``data: [DONE]``, for a framework's streaming
@@ -722,7 +728,7 @@ class VercelAIApp:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await lifespan(receive, send)
             return
         if scope["type"] != "http":
             return
@@ -732,21 +738,12 @@ class VercelAIApp:
             )
             return
         try:
-            body = loads(await read_body(receive, self.max_request_bytes))
-            frames = self.sse(body, request=scope)
+            raw = await read_body(receive, self.max_request_bytes)
+            _, chat = await parse_off_loop(raw, parse_request)
         except RequestInvalid as exc:
             if exc.code != "disconnected":
                 status = 413 if exc.code == "too_large" else 400
                 await send_json(send, status, {"error": exc.code, "message": str(exc)})
             return
-        await serve_sse(receive, send, frames, headers=_STREAM_HEADER)
-
-
-async def _lifespan(receive: Any, send: Any) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
+        chunks = detached(_chunks(self.bridge, chat, self.version, scope))
+        await serve_sse(receive, send, _sse(chunks), headers=_STREAM_HEADER)
