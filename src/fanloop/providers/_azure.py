@@ -23,10 +23,12 @@ import inspect
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
+from urllib.parse import quote
 
+import anyio
 import httpx2
 
-from ..errors import AuthenticationError, ConfigurationError
+from ..errors import AuthenticationError, ConfigurationError, ProviderTimeout
 from ._endpoint import Endpoint, _base_headers, _endpoint, _merge
 from ._http import HTTPProvider, Response, Transport, direct_transport
 
@@ -37,6 +39,17 @@ AzureTokenProvider = Callable[[], "str | Awaitable[str]"]
 ``azure.identity.get_bearer_token_provider(credential, scope)``."""
 
 _P = TypeVar("_P", bound=HTTPProvider)
+
+TOKEN_SECONDS = 60.0
+"""The longest wait for an awaitable ``azure_ad_token_provider`` returns (shorter when the
+request's read timeout is): past it the request fails with
+:class:`~fanloop.errors.ProviderTimeout`, which a :class:`~fanloop.RetryPolicy` retries."""
+
+
+def token_seconds(timeout: httpx2.Timeout) -> float:
+    """How long a token provider may take for a request with ``timeout``."""
+    read = timeout.read
+    return min(TOKEN_SECONDS, read) if read is not None else TOKEN_SECONDS
 
 
 @dataclasses.dataclass(slots=True)
@@ -50,10 +63,16 @@ class _TokenEndpoint(Endpoint):
 
     async def _send_with_token(self, pool: httpx2.AsyncClient, body: bytes) -> Response:
         assert self.token_provider is not None
+        limit = token_seconds(self.wire_timeout)
         try:
             token: Any = self.token_provider()
             if inspect.isawaitable(token):
-                token = await token
+                with anyio.fail_after(limit):
+                    token = await token
+        except TimeoutError:
+            raise ProviderTimeout(
+                f"azure_ad_token_provider gave no token within {limit:g} s", provider="azure"
+            ) from None
         except Exception as exc:  # the credential library's own errors
             raise AuthenticationError(
                 f"azure_ad_token_provider failed: {type(exc).__name__}: {str(exc)[:300]}",
@@ -86,7 +105,8 @@ def _url(endpoint: str, deployment: str, api_version: str, path: str) -> str:
         query = "?api-version=preview" if api_version == "preview" else ""
         return f"{root}/v1{query}"
     if path == "/chat/completions":
-        root += f"/deployments/{deployment}"
+        # One path segment, whatever the name holds ("/", "?", "#", "%"...).
+        root += f"/deployments/{quote(deployment, safe='')}"
     return f"{root}?api-version={api_version}"
 
 
@@ -169,8 +189,10 @@ def azure_provider(
             f"{owner}.azure builds its own endpoint: leave out client= and base_url= "
             f"(or pass client=openai.AsyncAzureOpenAI(...) to {owner}(...) itself)"
         )
-    if not deployment:
+    if not deployment or not isinstance(deployment, str):
         raise ConfigurationError(f"{owner}.azure needs a deployment name")
+    if deployment in (".", "..") or not deployment.isprintable():
+        raise ConfigurationError(f"{owner}.azure: {deployment!r} is not a deployment name")
     options.setdefault("name", "azure")
     endpoint, source = build_endpoint(
         deployment,

@@ -18,6 +18,7 @@ __all__ = [
     "anthropic_citation",
     "anthropic_citations",
     "chat_citation",
+    "fit",
     "progress",
     "responses_citation",
     "responses_wire",
@@ -153,6 +154,21 @@ def responses_wire(citation: Citation, shift: int = 0) -> dict[str, Any] | None:
     if "index" in out and citation.start_index is not None:
         out["index"] = citation.start_index - shift
     return out
+
+
+def fit(citations: tuple[Citation, ...], length: int) -> tuple[Citation, ...]:
+    """``citations`` of a text of ``length`` characters, each whose ``start_index`` and
+    ``end_index`` are not ``0 <= start <= end <= length`` without them: the offsets a text
+    part keeps always slice its own text."""
+    out: list[Citation] = []
+    for citation in citations:
+        start, end = citation.start_index, citation.end_index
+        if (start is not None or end is not None) and not (
+            start is not None and end is not None and 0 <= start <= end <= length
+        ):
+            citation = citation.model_copy(update={"start_index": None, "end_index": None})
+        out.append(citation)
+    return tuple(out)
 
 
 def _small(value: Any) -> Any:

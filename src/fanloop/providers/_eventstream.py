@@ -124,28 +124,33 @@ class EventStreamDecoder:
             return []
         self._parts.append(chunk)
         self._size += len(chunk)
+        if self._size < self._need:
+            return []
+        # One join per call, then every whole message in it read by offset (a slice of the
+        # rest per message would make a chunk of many tiny messages quadratic).
+        data = b"".join(self._parts) if len(self._parts) > 1 else self._parts[0]
         out: list[tuple[bytes, bytes]] = []
-        while self._size >= self._need:
-            buffer = b"".join(self._parts) if len(self._parts) > 1 else self._parts[0]
-            total, headers_length, prelude_crc = _PRELUDE.unpack_from(buffer)
-            if self._need == 12:  # a new message: check its prelude before waiting for it
-                if zlib.crc32(buffer[:8]) != prelude_crc:
-                    raise Malformed("an event-stream message has a bad prelude checksum")
-                if total > self._max:
-                    raise ResponseTooLarge(
-                        f"an event-stream message of {total:,} bytes is over the "
-                        f"{self._max:,}-byte limit (max_frame_bytes)"
-                    )
-                if total < 16 or headers_length > min(total - 16, _MAX_HEADERS_BYTES):
-                    raise Malformed("an event-stream message has impossible lengths")
-                self._need = total
-                self._parts = [buffer]
-                continue
-            message, rest = buffer[:total], buffer[total:]
-            self._parts = [rest] if rest else []
-            self._size = len(rest)
-            self._need = 12
-            out += self._message(message, headers_length)
+        at, end, need = 0, len(data), 12
+        while end - at >= 12:
+            total, headers_length, prelude_crc = _PRELUDE.unpack_from(data, at)
+            if zlib.crc32(data[at : at + 8]) != prelude_crc:
+                raise Malformed("an event-stream message has a bad prelude checksum")
+            if total > self._max:
+                raise ResponseTooLarge(
+                    f"an event-stream message of {total:,} bytes is over the "
+                    f"{self._max:,}-byte limit (max_frame_bytes)"
+                )
+            if total < 16 or headers_length > min(total - 16, _MAX_HEADERS_BYTES):
+                raise Malformed("an event-stream message has impossible lengths")
+            if end - at < total:
+                need = total  # its prelude is checked: wait for the rest of it
+                break
+            out += self._message(data[at : at + total], headers_length)
+            at += total
+        rest = data[at:] if at else data
+        self._parts = [rest] if rest else []
+        self._size = len(rest)
+        self._need = need
         return out
 
     @staticmethod
@@ -169,7 +174,8 @@ class EventStreamDecoder:
             return [(b"error", exception_event(exception, str(text or "")[:2000]))]
         if kind == "error":
             code = str(headers.get(":error-code") or "error")
-            return [(b"error", exception_event(code, str(headers.get(":error-message") or "")))]
+            said = str(headers.get(":error-message") or "")[:2000]
+            return [(b"error", exception_event(code, said))]
         if kind != "event" or headers.get(":event-type") != "chunk":
             return []  # an event type this version does not know
         try:

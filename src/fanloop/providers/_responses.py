@@ -60,7 +60,7 @@ from ..messages import (
     media_base64,
 )
 from ._azure import AzureTokenProvider, azure_provider
-from ._citations import progress, responses_citation, responses_wire
+from ._citations import fit, progress, responses_citation, responses_wire
 from ._endpoint import from_sdk_client, openai_endpoint, openai_sdk_errors
 from ._http import (
     DEFAULT_MAX_BLOCKS,
@@ -587,7 +587,9 @@ def _parts(items: list[Any]) -> tuple[Part, ...]:
             text = _message_text(item)
             if text:
                 parts.append(
-                    TextPart.model_construct(text=text, citations=_message_citations(item))
+                    TextPart.model_construct(
+                        text=text, citations=fit(_message_citations(item), len(text))
+                    )
                 )
         elif kind == "function_call":
             arguments = item.get("arguments")
@@ -1059,7 +1061,9 @@ class _StreamParser:
         citation = responses_citation(raw, shift)
         if citation is None:
             return None
-        item.annotations.append(raw)
+        # Kept with its offsets from the start of the item's whole text, as finish() joins
+        # the parts into one.
+        item.annotations.append(responses_wire(citation) or citation.raw)
         return CitationAdded(citation, index)
 
     def _index(self, obj: dict[str, Any]) -> int:

@@ -697,6 +697,7 @@ class _Block:
         "joiner",
         "signature",
         "start",
+        "stopped",
         "type",
     )
 
@@ -713,6 +714,7 @@ class _Block:
         self.encrypted: list[str] = []  # a compaction block's encrypted_content pieces
         self.joiner = Joiner()
         self.id = ""
+        self.stopped = False
         if kind == "tool_use":
             # Checked now: the id and name go out in ToolCallStarted before the block ends.
             self.id = start["id"] = read_call_id(start.get("id"))
@@ -913,9 +915,9 @@ class _StreamParser:
                 citation = anthropic_citation(raw)
                 if citation is None:
                     raise Malformed("a citations_delta without a citation object")
+                if len(block.citations) >= MAX_CITATIONS:
+                    return None  # the text part keeps the first ones
                 block.citations.append(raw)
-                if len(block.citations) > MAX_CITATIONS:
-                    return None  # kept for replay; the text part keeps the first ones
                 return CitationAdded(citation, block.index)
             return None
         if odd:
@@ -925,6 +927,9 @@ class _StreamParser:
             block = self._blocks.get(index) if type(index) is int else None
             if block is None:
                 return None
+            if block.stopped:  # a server tool's input would be joined and parsed again
+                raise Malformed(f"content block {index} stopped twice")
+            block.stopped = True
             if block.type in _SERVER_USE:
                 rest = block.flush()
                 done = _server_progress(block.finish(), "input_complete")

@@ -49,7 +49,7 @@ from ..messages import (
     media_base64,
 )
 from ._azure import AzureTokenProvider, azure_provider
-from ._citations import chat_citation
+from ._citations import chat_citation, fit
 from ._endpoint import from_sdk_client, openai_endpoint, openai_sdk_errors
 from ._http import (
     DEFAULT_MAX_BLOCKS,
@@ -555,7 +555,7 @@ class OpenAIProvider(HTTPProvider):
             data.get("id"),
             data.get("model"),
             request_id,
-            citations=_annotations(message.get("annotations"), []),
+            citations=_annotations(message.get("annotations"), set()),
         )
 
     def _parser(self, request_id: str | None) -> _StreamParser:
@@ -797,21 +797,23 @@ def _reasoning(holder: dict[str, Any]) -> str:
     return value if type(value) is str else ""
 
 
-def _annotations(raw: Any, seen: list[Any]) -> tuple[Citation, ...]:
+def _annotations(raw: Any, seen: set[Any]) -> tuple[Citation, ...]:
     """The new citations among a message's (or delta's) ``annotations``; ``seen`` holds
-    those already read, so a server that repeats them in later chunks adds each once (at
-    most :data:`~fanloop.messages.MAX_CITATIONS` in all)."""
+    those already read (by their flattened fields, hashed), so a server that repeats them
+    in later chunks adds each once (at most :data:`~fanloop.messages.MAX_CITATIONS` in all).
+    Only the first ``4 * MAX_CITATIONS`` items of a list are read."""
     if type(raw) is not list:
         return ()
     out = []
-    for item in raw:
+    for item in raw[: 4 * MAX_CITATIONS]:
         if len(seen) >= MAX_CITATIONS:
             break
-        if item in seen:
-            continue
         citation = chat_citation(item)
-        if citation is not None:
-            seen.append(item)
+        if citation is None:
+            continue
+        key = frozenset((citation.raw or {}).items())
+        if key not in seen:
+            seen.add(key)
             out.append(citation)
     return tuple(out)
 
@@ -841,7 +843,8 @@ def _response(
 ) -> ModelResponse:
     parts = thinking
     if text or refusal:
-        parts.append(TextPart.model_construct(text=text + refusal, citations=citations))
+        whole = text + refusal
+        parts.append(TextPart.model_construct(text=whole, citations=fit(citations, len(whole))))
     for call_id, name, arguments, _ in calls:
         parts.append(
             ToolCallPart.model_construct(
@@ -1011,7 +1014,7 @@ class _StreamParser:
         self._held = False  # whether any joiner holds something back
         self._calls: dict[int, _Call] = {}
         self._details: _Details | None = None
-        self._cited: list[Any] = []  # the annotations read (a server may repeat them)
+        self._cited: set[Any] = set()  # the annotations read (a server may repeat them)
         self._citations: list[Citation] = []
         self._finish: Any = None
         self._usage: Any = None
