@@ -11,6 +11,7 @@ from typing import Any, TypeAlias
 
 import anyio
 
+from .._output import FINAL_TOOL
 from ..errors import ScriptExhausted
 from ..events import (
     CitationAdded,
@@ -22,6 +23,7 @@ from ..events import (
 )
 from ..messages import TextPart, ThinkingPart, ToolCallPart
 from ..providers._types import ModelRequest, ModelResponse
+from ._typed import typed_answer
 
 __all__ = ["ScriptedProvider", "Turn"]
 
@@ -99,6 +101,18 @@ class ScriptedProvider:
         self._script.extend(turns)
 
     async def _next(self, request: ModelRequest) -> ModelResponse:
+        response = await self._scripted(request)
+        # A typed answer plays in the form the request asks for (testing/_typed.py).
+        final = next((t for t in request.tools if t.name == FINAL_TOOL), None)
+        if request.output is None and final is None:
+            return response
+        return typed_answer(
+            response,
+            native=request.output is not None,
+            final_tool=final.parameters if final is not None else None,
+        )
+
+    async def _scripted(self, request: ModelRequest) -> ModelResponse:
         if self._record:
             self.requests.append(request)
         if self._responder is not None:

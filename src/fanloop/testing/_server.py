@@ -37,6 +37,7 @@ from . import _citations as _cite
 from . import _cloud, _responses
 from ._faults import Hostile, RateLimit, RateLimitLog, play
 from ._script import Fault, reply
+from ._typed import body_asks, typed_answer
 
 __all__ = ["FakeLLMServer", "RecordedRequest", "ServerTurn"]
 
@@ -616,10 +617,13 @@ class FakeLLMServer:
         else:
             return None
         while True:
-            if isinstance(item, ModelResponse | Fault | Hostile):
-                return item
             if isinstance(item, str):
-                return reply(item)
+                item = reply(item)
+            if isinstance(item, ModelResponse):
+                native, final_tool = body_asks(api, body)
+                return typed_answer(item, native=native, final_tool=final_tool)
+            if isinstance(item, Fault | Hostile):
+                return item
             if callable(item):
                 item = item(body)
                 if inspect.isawaitable(item):
