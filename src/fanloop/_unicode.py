@@ -129,7 +129,7 @@ def _containers(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return value
     fields = getattr(value, "__pydantic_fields__", None)
-    if fields is not None:
+    if fields is not None and not known_valid(value):  # a vouched model: nothing to look at
         return [getattr(value, name) for name in fields]
     return None
 
@@ -206,7 +206,10 @@ def known_valid(model: Any) -> bool:
     return entry is not None and entry() is model
 
 
-def _vouch(model: Any) -> None:
+def vouch(model: Any) -> None:
+    """Remember that the frozen ``model`` holds valid Unicode only (its maker made it so:
+    e.g. a provider's turn decoded from a checked stream), so that no check walks it; a
+    model holding it is still walked, but not into it."""
     key = id(model)
 
     def forget(_ref: weakref.ref[Any], key: int = key) -> None:
@@ -228,7 +231,7 @@ def scrub_model(model: T) -> T:
     if holds_surrogates(model):
         cls: Any = type(model)
         model = cls.model_validate(_rebuilt(model.model_dump()))  # type: ignore[attr-defined]
-    _vouch(model)
+    vouch(model)
     return model
 
 
@@ -298,7 +301,7 @@ def weight(value: Any, limit: int) -> int:
             stack += item
         else:
             fields = getattr(item, "__pydantic_fields__", None)
-            if fields is not None:
+            if fields is not None and not known_valid(item):  # vouched: nothing to scrub
                 stack += (getattr(item, name) for name in fields)
         if total > limit:
             return limit + 1
