@@ -164,15 +164,21 @@ class WireResponse:
         except ResponseTooLarge as exc:  # as httpx2 refuses too many: a DecodingError
             raise httpx2.DecodingError(str(exc)) from None
         decoders = _decoders(codings) if codings else None
-        async for chunk in self.chunks():
-            if not decoders:
-                yield chunk
-                continue
-            pieces: Iterable[bytes] = (chunk,)
-            for decoder in decoders:
-                pieces = _through(decoder, pieces)
-            for piece in pieces:
-                yield piece
+        chunks = self.chunks()
+        try:
+            async for chunk in chunks:
+                if not decoders:
+                    yield chunk
+                    continue
+                pieces: Iterable[bytes] = (chunk,)
+                for decoder in decoders:
+                    pieces = _through(decoder, pieces)
+                for piece in pieces:
+                    yield piece
+        finally:
+            # Closed here, with this one: left to the collector, the event loop's finalizer
+            # hook would close it a loop turn later (a wake-up and a task per response).
+            await chunks.aclose()
 
     async def read_framed(self) -> bytes | None:
         """The whole body in one read when a ``Content-Length`` frames it and it is not
