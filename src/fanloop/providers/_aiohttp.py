@@ -26,7 +26,7 @@ import asyncio
 import functools
 import ssl
 import zlib
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Mapping
 from typing import Any
 
 import aiohttp
@@ -135,7 +135,7 @@ class WireResponse:
         self._response = response
         self._transport: AiohttpTransport | None = transport
 
-    async def chunks(self) -> AsyncIterator[bytes]:
+    async def chunks(self) -> AsyncGenerator[bytes, None]:
         """The body as it arrives, not decoded.
 
         At most :data:`_READ_SIZE` bytes at a time: ``readany()`` would return all that is
