@@ -19,7 +19,6 @@ See ``docs/sessions.md`` (what a session stores) and ``docs/security.md`` (the w
 
 from __future__ import annotations
 
-import contextlib
 import re
 import weakref
 from collections.abc import Callable, Sequence
@@ -215,8 +214,11 @@ def vouch(model: Any) -> None:
     def forget(_ref: weakref.ref[Any], key: int = key) -> None:
         _VALID.pop(key, None)
 
-    with contextlib.suppress(TypeError):  # not weak-referenceable: checked every time
-        _VALID[key] = weakref.ref(model, forget)
+    try:  # (not contextlib.suppress: this runs once per turn and per checked message)
+        ref = weakref.ref(model, forget)
+    except TypeError:  # not weak-referenceable: checked every time
+        return
+    _VALID[key] = ref
 
 
 def scrub_model(model: T) -> T:
