@@ -281,11 +281,13 @@ class Joiner:
 _WEIGHT = 32  # the weight of one value besides its text
 
 
-def weight(value: Any, limit: int) -> int:
+def weight(value: Any, limit: int, *, to_check: bool = False) -> int:
     """How heavy ``value`` is, counted until it passes ``limit`` (then ``limit + 1``).
 
     Strings count their characters, bytes their base64 size, every value 32 more. The walk
     stops as soon as the count passes ``limit``, so it costs at most ``limit / 32`` steps.
+    ``to_check``: the weight of checking its text, in which a vouched model (see
+    :func:`vouch`) weighs nothing more (as work of any other kind, it weighs what it holds).
     """
     total = 0
     stack = [value]
@@ -303,7 +305,7 @@ def weight(value: Any, limit: int) -> int:
             stack += item
         else:
             fields = getattr(item, "__pydantic_fields__", None)
-            if fields is not None and not known_valid(item):  # vouched: nothing to scrub
+            if fields is not None and not (to_check and known_valid(item)):
                 stack += (getattr(item, name) for name in fields)
         if total > limit:
             return limit + 1
@@ -322,5 +324,5 @@ async def valid_models(models: Sequence[T]) -> tuple[T, ...]:
     needs no change is returned itself); heavy ones are checked in a worker thread."""
     if all(known_valid(m) for m in models):
         return tuple(models)
-    heavy = sum(weight(m, INLINE) for m in models) > INLINE
+    heavy = sum(weight(m, INLINE, to_check=True) for m in models) > INLINE
     return await off_loop(heavy, lambda: tuple(scrub_model(m) for m in models))  # type: ignore[no-any-return]
