@@ -13,7 +13,7 @@ from typing import Any
 
 import aiohttp
 
-from _tools import ANTHROPIC_TOOLS, OPENAI_TOOLS, noop
+from _tools import ANTHROPIC_TOOLS, OPENAI_TOOLS, RESPONSES_TOOLS, noop
 
 OPENAI_HEADERS = {"Authorization": "Bearer bench", "Content-Type": "application/json"}
 ANTHROPIC_HEADERS = {
@@ -148,3 +148,72 @@ async def anthropic_loop(
             {"type": "tool_result", "tool_use_id": c["id"], "content": await noop()} for c in calls
         ]
         messages.append({"role": "user", "content": results})
+
+
+async def responses_turn(
+    http: aiohttp.ClientSession, url: str, items: list[Any], *, streaming: bool
+) -> list[dict[str, Any]]:
+    """One Responses API call, stateless (``store: false``, reasoning sent back encrypted):
+    the response's output items."""
+    body: dict[str, Any] = {
+        "model": "gpt-4.1",
+        "max_output_tokens": 4096,
+        "store": False,
+        "include": ["reasoning.encrypted_content"],
+        "tools": RESPONSES_TOOLS,
+        "input": items,
+    }
+    if streaming:
+        body["stream"] = True
+    output: dict[int, dict[str, Any]] = {}
+    chunks: dict[int, list[str]] = {}
+    async with http.post(f"{url}/v1/responses", data=json.dumps(body), headers=OPENAI_HEADERS) as r:
+        r.raise_for_status()
+        if not streaming:
+            answer: list[dict[str, Any]] = json.loads(await r.read())["output"]
+            return answer
+        async for line in r.content:
+            if not line.startswith(b"data: "):
+                continue  # "event:" lines and blank lines: the type is in the data too
+            event = json.loads(line[6:])
+            kind = event["type"]
+            if kind in ("response.output_text.delta", "response.function_call_arguments.delta"):
+                chunks[event["output_index"]].append(event["delta"])
+            elif kind == "response.output_item.added":
+                output[event["output_index"]] = event["item"]
+                chunks[event["output_index"]] = []
+            elif kind == "response.output_item.done":
+                output[event["output_index"]] = event["item"]  # the whole item, as it ended
+            elif kind == "response.completed":
+                final: list[dict[str, Any]] = event["response"]["output"]
+                return final or [output[i] for i in sorted(output)]
+            elif kind in ("response.failed", "response.incomplete", "error"):
+                raise RuntimeError(f"the response failed: {event}")
+    raise RuntimeError("the stream ended before response.completed")
+
+
+async def responses_loop(
+    http: aiohttp.ClientSession, url: str, prompt: str, *, streaming: bool
+) -> tuple[int, str]:
+    """One conversation to its answer: (model calls, answer text). Every output item
+    (reasoning included) goes back as it came, then a ``function_call_output`` per call."""
+    items: list[Any] = [{"role": "user", "content": prompt}]
+    turns = 0
+    while True:
+        turns += 1
+        output = await responses_turn(http, url, items, streaming=streaming)
+        calls = [item for item in output if item["type"] == "function_call"]
+        if not calls:
+            return turns, "".join(
+                part["text"]
+                for item in output
+                if item["type"] == "message"
+                for part in item["content"]
+                if part["type"] == "output_text"
+            )
+        items += output
+        for c in calls:
+            json.loads(c["arguments"] or "{}")
+            items.append(
+                {"type": "function_call_output", "call_id": c["call_id"], "output": await noop()}
+            )

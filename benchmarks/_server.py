@@ -2,7 +2,8 @@
 
 ``python benchmarks/_server.py --tool-turns 3 --latency 0.1`` prints the port on the first
 line of stdout and serves until stdin closes. Each conversation calls ``noop`` once per turn
-until it holds ``--tool-turns`` tool results, then answers with ``--answer-chars`` characters
+(on the Responses API after a reasoning item) until it holds ``--tool-turns`` tool results,
+then answers with ``--answer-chars`` characters
 (``--chars-per-delta`` of them per streamed delta). Use :func:`serve` from a benchmark.
 """
 
@@ -19,7 +20,9 @@ from fanloop.testing import FakeLLMServer, call, reply
 
 
 def tool_results(body: dict[str, Any]) -> int:
-    """Tool results already in a request body (OpenAI or Anthropic wire format)."""
+    """Tool results already in a request body (Chat Completions, Anthropic or Responses)."""
+    if "input" in body:  # the Responses API: function_call_output items
+        return sum(1 for item in body["input"] if item.get("type") == "function_call_output")
     count = 0
     for m in body["messages"]:
         if m["role"] == "tool":
@@ -34,11 +37,23 @@ def make_responder(tool_turns: int, answer: str) -> Any:
         reply("Calling the tool.", tool_calls=[call("noop", _id=f"call_{n}")])
         for n in range(tool_turns)
     ]
+    # On the Responses API each tool turn also reasons: an encrypted reasoning item that the
+    # client must send back with the call it preceded.
+    reasoning_turn = [
+        reply(
+            "Calling the tool.",
+            thinking="Call noop.",
+            tool_calls=[call("noop", _id=f"call_{n}")],
+        )
+        for n in range(tool_turns)
+    ]
     final = reply(answer)
 
     def responder(body: dict[str, Any]) -> Any:
         done = tool_results(body)
-        return tool_turn[done] if done < tool_turns else final
+        if done >= tool_turns:
+            return final
+        return reasoning_turn[done] if "input" in body else tool_turn[done]
 
     return responder
 

@@ -15,6 +15,15 @@ OPENAI_TOOLS: list[Any] = [
 ANTHROPIC_TOOLS: list[Any] = [
     {"name": "noop", "description": "Do nothing.", "input_schema": NOOP_SCHEMA}
 ]
+RESPONSES_TOOLS: list[Any] = [
+    {
+        "type": "function",
+        "name": "noop",
+        "description": "Do nothing.",
+        "parameters": NOOP_SCHEMA,
+        "strict": False,
+    }
+]
 
 
 async def noop() -> str:

@@ -41,6 +41,7 @@ def test_quick_benchmark_run_prints_and_writes_the_table(tmp_path: Path) -> None
     written = table.read_text()
     for workload in (
         "tool conversation, openai, streamed",
+        "tool conversation, responses, streamed",
         "concurrent 3-turn runs",
         "calls of a tool sleeping 0.2 s",
         "streamed answer of",

@@ -19,7 +19,6 @@ See ``docs/sessions.md`` (what a session stores) and ``docs/security.md`` (the w
 
 from __future__ import annotations
 
-import contextlib
 import re
 import weakref
 from collections.abc import Callable, Sequence
@@ -129,7 +128,7 @@ def _containers(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return value
     fields = getattr(value, "__pydantic_fields__", None)
-    if fields is not None:
+    if fields is not None and not known_valid(value):  # a vouched model: nothing to look at
         return [getattr(value, name) for name in fields]
     return None
 
@@ -206,14 +205,20 @@ def known_valid(model: Any) -> bool:
     return entry is not None and entry() is model
 
 
-def _vouch(model: Any) -> None:
+def vouch(model: Any) -> None:
+    """Remember that the frozen ``model`` holds valid Unicode only (its maker made it so:
+    e.g. a provider's turn decoded from a checked stream), so that no check walks it; a
+    model holding it is still walked, but not into it."""
     key = id(model)
 
     def forget(_ref: weakref.ref[Any], key: int = key) -> None:
         _VALID.pop(key, None)
 
-    with contextlib.suppress(TypeError):  # not weak-referenceable: checked every time
-        _VALID[key] = weakref.ref(model, forget)
+    try:  # (not contextlib.suppress: this runs once per turn and per checked message)
+        ref = weakref.ref(model, forget)
+    except TypeError:  # not weak-referenceable: checked every time
+        return
+    _VALID[key] = ref
 
 
 def scrub_model(model: T) -> T:
@@ -228,7 +233,7 @@ def scrub_model(model: T) -> T:
     if holds_surrogates(model):
         cls: Any = type(model)
         model = cls.model_validate(_rebuilt(model.model_dump()))  # type: ignore[attr-defined]
-    _vouch(model)
+    vouch(model)
     return model
 
 
@@ -276,11 +281,13 @@ class Joiner:
 _WEIGHT = 32  # the weight of one value besides its text
 
 
-def weight(value: Any, limit: int) -> int:
+def weight(value: Any, limit: int, *, to_check: bool = False) -> int:
     """How heavy ``value`` is, counted until it passes ``limit`` (then ``limit + 1``).
 
     Strings count their characters, bytes their base64 size, every value 32 more. The walk
     stops as soon as the count passes ``limit``, so it costs at most ``limit / 32`` steps.
+    ``to_check``: the weight of checking its text, in which a vouched model (see
+    :func:`vouch`) weighs nothing more (as work of any other kind, it weighs what it holds).
     """
     total = 0
     stack = [value]
@@ -298,7 +305,7 @@ def weight(value: Any, limit: int) -> int:
             stack += item
         else:
             fields = getattr(item, "__pydantic_fields__", None)
-            if fields is not None:
+            if fields is not None and not (to_check and known_valid(item)):
                 stack += (getattr(item, name) for name in fields)
         if total > limit:
             return limit + 1
@@ -317,5 +324,5 @@ async def valid_models(models: Sequence[T]) -> tuple[T, ...]:
     needs no change is returned itself); heavy ones are checked in a worker thread."""
     if all(known_valid(m) for m in models):
         return tuple(models)
-    heavy = sum(weight(m, INLINE) for m in models) > INLINE
+    heavy = sum(weight(m, INLINE, to_check=True) for m in models) > INLINE
     return await off_loop(heavy, lambda: tuple(scrub_model(m) for m in models))  # type: ignore[no-any-return]

@@ -26,7 +26,7 @@ import asyncio
 import functools
 import ssl
 import zlib
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Mapping
 from typing import Any
 
 import aiohttp
@@ -135,7 +135,7 @@ class WireResponse:
         self._response = response
         self._transport: AiohttpTransport | None = transport
 
-    async def chunks(self) -> AsyncIterator[bytes]:
+    async def chunks(self) -> AsyncGenerator[bytes, None]:
         """The body as it arrives, not decoded.
 
         At most :data:`_READ_SIZE` bytes at a time: ``readany()`` would return all that is
@@ -164,15 +164,21 @@ class WireResponse:
         except ResponseTooLarge as exc:  # as httpx2 refuses too many: a DecodingError
             raise httpx2.DecodingError(str(exc)) from None
         decoders = _decoders(codings) if codings else None
-        async for chunk in self.chunks():
-            if not decoders:
-                yield chunk
-                continue
-            pieces: Iterable[bytes] = (chunk,)
-            for decoder in decoders:
-                pieces = _through(decoder, pieces)
-            for piece in pieces:
-                yield piece
+        chunks = self.chunks()
+        try:
+            async for chunk in chunks:
+                if not decoders:
+                    yield chunk
+                    continue
+                pieces: Iterable[bytes] = (chunk,)
+                for decoder in decoders:
+                    pieces = _through(decoder, pieces)
+                for piece in pieces:
+                    yield piece
+        finally:
+            # Closed here, with this one: left to the collector, the event loop's finalizer
+            # hook would close it a loop turn later (a wake-up and a task per response).
+            await chunks.aclose()
 
     async def read_framed(self) -> bytes | None:
         """The whole body in one read when a ``Content-Length`` frames it and it is not

@@ -30,11 +30,12 @@ or anywhere else, becomes U+FFFD.
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
 import httpx2
 
-from .._unicode import Joiner, may_escape_surrogates, scrub_json
+from .._unicode import Joiner, may_escape_surrogates, scrub_json, vouch
 from ..errors import ConfigurationError, ResponseInvalid, StreamIncomplete
 from ..events import (
     CitationAdded,
@@ -57,6 +58,7 @@ from ..messages import (
     ThinkingPart,
     ToolCallPart,
     ToolResultPart,
+    _build,
     media_base64,
 )
 from ._azure import AzureTokenProvider, azure_provider
@@ -257,6 +259,9 @@ class OpenAIResponsesProvider(HTTPProvider):
             super().__init__(endpoint, key_source=source, limits=limits, pacing=pacing)
         self._messages: MessageCache[Message] = MessageCache(self._render_message)
         self._tools = ToolsCache()
+        # The parts each turn this provider made was given, by its origin (while it lives): a
+        # turn sent back with those very parts is replayed without parsing its items again.
+        self._made: dict[int, tuple[weakref.ref[Origin], tuple[Part, ...]]] = {}
 
     @classmethod
     def azure(
@@ -429,7 +434,20 @@ class OpenAIResponsesProvider(HTTPProvider):
             return None
         raw = origin.raw
         items = raw.get("output") if isinstance(raw, dict) else None
+        made = self._made.get(id(origin))
+        if made is not None and made[0]() is origin and made[1] is message.content:
+            return items if isinstance(items, list) else None  # the turn as it came
         return items if _replayable(items, message) else None
+
+    def _remember(self, origin: Origin, parts: tuple[Part, ...]) -> None:
+        """Note the parts of a turn this provider made (see :meth:`_replayed`)."""
+        key = id(origin)
+        made = self._made
+
+        def forget(_ref: weakref.ref[Origin], key: int = key) -> None:
+            made.pop(key, None)
+
+        made[key] = (weakref.ref(origin, forget), parts)
 
     # -- decoding ---------------------------------------------------------------------------
 
@@ -586,24 +604,24 @@ def _parts(items: list[Any]) -> tuple[Part, ...]:
         if kind == "message":
             text = _message_text(item)
             if text:
+                citations = fit(_message_citations(item), len(text))
                 parts.append(
-                    TextPart.model_construct(
-                        text=text, citations=fit(_message_citations(item), len(text))
-                    )
+                    _build(TextPart, {"kind": "text", "text": text, "citations": citations})
                 )
         elif kind == "function_call":
             arguments = item.get("arguments")
-            parts.append(
-                ToolCallPart.model_construct(
-                    id=str(item.get("call_id", "")),
-                    name=str(item.get("name", "")),
-                    arguments=parse_arguments(arguments if type(arguments) is str else ""),
-                )
-            )
+            call = {
+                "kind": "tool_call",
+                "id": str(item.get("call_id", "")),
+                "name": str(item.get("name", "")),
+                "arguments": parse_arguments(arguments if type(arguments) is str else ""),
+            }
+            parts.append(_build(ToolCallPart, call))
         elif kind == "reasoning":
             text = _reasoning_text(item)
             if text:
-                parts.append(ThinkingPart.model_construct(text=text, signature=None, redacted=None))
+                thinking = {"kind": "thinking", "text": text, "signature": None, "redacted": None}
+                parts.append(_build(ThinkingPart, thinking))
     return tuple(parts)
 
 
@@ -762,12 +780,15 @@ def _usage(raw: Any) -> Usage:
     reasoning = read_count(
         outputs.get("reasoning_tokens"), "usage.output_tokens_details.reasoning_tokens"
     )
-    return Usage.model_construct(
-        input_tokens=max(total - cached - written, 0),
-        output_tokens=output,
-        cache_read_tokens=cached,
-        cache_write_tokens=written,
-        reasoning_tokens=min(reasoning, output),
+    return _build(
+        Usage,
+        {
+            "input_tokens": max(total - cached - written, 0),
+            "output_tokens": output,
+            "cache_read_tokens": cached,
+            "cache_write_tokens": written,
+            "reasoning_tokens": min(reasoning, output),
+        },
     )
 
 
@@ -823,16 +844,24 @@ def _response(
     raw: dict[str, Any] = {"id": response_id, "output": items}
     if provider.store:
         raw["stored"] = data.get("store") is not False
-    return ModelResponse.model_construct(
-        content=parts,
-        stop_reason=stop,
-        usage=_usage(data.get("usage")),
-        model=model,
-        provider=provider.name,
-        raw_stop_reason=raw_stop,
-        origin=Origin.model_construct(provider=provider.name, api=API, model=model, raw=raw),
-        stop_details=stop_details,
-        response_id=response_id,
+    origin = _build(Origin, {"provider": provider.name, "api": API, "model": model, "raw": raw})
+    # Every string in it came through the checked decoding (loads, or a stream's frames
+    # scrubbed and its deltas joined), so the run need not walk the items again.
+    vouch(origin)
+    provider._remember(origin, parts)
+    return _build(
+        ModelResponse,
+        {
+            "content": parts,
+            "stop_reason": stop,
+            "usage": _usage(data.get("usage")),
+            "model": model,
+            "provider": provider.name,
+            "raw_stop_reason": raw_stop,
+            "origin": origin,
+            "stop_details": stop_details,
+            "response_id": response_id,
+        },
     )
 
 
