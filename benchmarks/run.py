@@ -1,9 +1,11 @@
 """The benchmark suite: one table, every figure a median and a ratio to a same-run baseline.
 
 Run: ``nox -s bench`` or ``python benchmarks/run.py [--quick]``. Writes the table to
-``benchmarks/results/latest.md``. The baseline is a hand-written minimal loop on the official
-SDK client (SDK-direct, ``_baseline.py``) against the same FakeLLMServer, which runs in its
-own process. ``--quick`` shrinks every size for a smoke run (figures then mean little).
+``benchmarks/results/latest.md`` and, as a bar chart of the ratios, ``latest.svg`` (a full run
+also writes ``docs/images/benchmarks.svg``, committed). The baseline is a hand-written minimal
+loop on the official SDK client (SDK-direct, ``_baseline.py``) against the same FakeLLMServer,
+which runs in its own process. ``--quick`` shrinks every size for a smoke run (figures then
+mean little).
 """
 
 from __future__ import annotations
@@ -31,10 +33,13 @@ import bench_durable
 import bench_http
 import bench_startup
 import bench_ui
+from _chart import chart
 from _common import Row, table, write
 from _server import serve
 from fanloop import Agent, tool
 from fanloop.testing import ScriptedProvider, call, reply
+
+CHART = Path(__file__).resolve().parents[1] / "docs" / "images" / "benchmarks.svg"
 
 
 async def fan_out(sync: bool, calls: int, repeats: int) -> Row:
@@ -352,6 +357,10 @@ def main() -> None:
         "baseline (SDK-direct unless the row says otherwise), measured in the same run.\n\n"
     )
     path = write(args.output, header + text + "\n")
+    picture = chart(rows, f"fanloop benchmarks, {time.strftime('%Y-%m-%d')}")
+    path.with_suffix(".svg").write_text(picture)
+    if not quick:  # the committed picture (docs/performance.md shows it)
+        CHART.write_text(picture)
     print()
     print(text)
     print(f"\nwritten to {path}")

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
@@ -52,3 +53,6 @@ def test_quick_benchmark_run_prints_and_writes_the_table(tmp_path: Path) -> None
     ):
         assert workload in written, workload
     assert "| errors (of 20 runs) | 0  | 0  |" in written
+    picture = ElementTree.parse(table.with_suffix(".svg")).getroot()  # the chart, beside it
+    bars = picture.findall("{http://www.w3.org/2000/svg}rect")
+    assert len(bars) > 10  # the background and one bar per row with a baseline
