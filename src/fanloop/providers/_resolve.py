@@ -98,6 +98,32 @@ DEFAULT_MODELS: dict[str, str] = {
 model they were started with: name it)."""
 
 
+_OWN_VARIABLES = {
+    "anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
+    "openai": ("OPENAI_API_KEY", "OPENAI_BASE_URL"),
+    "openai-chat": ("OPENAI_API_KEY", "OPENAI_BASE_URL"),
+    "openrouter": ("OPENROUTER_API_KEY", "OPENROUTER_BASE_URL"),
+    "vllm": ("VLLM_API_KEY", "VLLM_BASE_URL"),
+    "ollama": ("OLLAMA_API_KEY", "OLLAMA_BASE_URL"),
+    "gemini": ("GEMINI_API_KEY", "GEMINI_BASE_URL"),
+}
+
+
+def _generic(env: Mapping[str, str], vendor: str) -> tuple[Mapping[str, str], bool]:
+    """``env`` with ``LLM_API_KEY`` and ``LLM_BASE_URL`` (when set) in place of the vendor's
+    own key and URL variables, and whether ``LLM_API_KEY`` is the key."""
+    key, url = env.get("LLM_API_KEY", "").strip(), env.get("LLM_BASE_URL", "").strip()
+    if not key and not url:
+        return env, False
+    own_key, own_url = _OWN_VARIABLES[vendor]
+    out = dict(env)
+    if key:
+        out[own_key] = key
+    if url:
+        out[own_url] = url
+    return out, bool(key)
+
+
 def from_env(environ: Mapping[str, str] | None = None, **options: Any) -> Provider:
     """Build the provider that the environment describes.
 
@@ -111,9 +137,13 @@ def from_env(environ: Mapping[str, str] | None = None, **options: Any) -> Provid
     - ``ANTHROPIC_API_KEY`` / ``OPENAI_API_KEY`` / ``OPENROUTER_API_KEY``: required for those
       vendors (``openai-chat`` reads ``OPENAI_API_KEY`` too; ``VLLM_API_KEY`` is optional);
     - ``GEMINI_API_KEY`` (else ``GOOGLE_API_KEY``): required for gemini;
+    - ``ANTHROPIC_AUTH_TOKEN``: the anthropic key when ``ANTHROPIC_API_KEY`` is not set (as
+      :class:`~fanloop.providers.anthropic.AnthropicProvider` reads it);
     - ``ANTHROPIC_BASE_URL``, ``OPENAI_BASE_URL``, ``OPENROUTER_BASE_URL``, ``VLLM_BASE_URL``,
       ``OLLAMA_BASE_URL``, ``GEMINI_BASE_URL``: optional endpoints (OpenAI-style ones end in
-      ``/v1``; Gemini's in ``/openai``).
+      ``/v1``; Gemini's in ``/openai``);
+    - ``LLM_API_KEY``, ``LLM_BASE_URL``: the key and endpoint of whichever vendor
+      ``LLM_PROVIDER`` names; when set, they take the place of the vendor's own variables above.
 
     Only ``environ`` is read (``os.environ`` when it is ``None``). ``options`` go to the
     provider's constructor, e.g. ``http_client=`` for a shared pool.
@@ -137,17 +167,28 @@ def from_env(environ: Mapping[str, str] | None = None, **options: Any) -> Provid
     model = env.get("LLM_MODEL", "").strip() or DEFAULT_MODELS.get(vendor)
     if not model:
         raise ConfigurationError(f"LLM_MODEL is not set (the model name; {vendor} has no default)")
+    env, generic_key = _generic(env, vendor)
     key_variable = {
-        "anthropic": "ANTHROPIC_API_KEY",
+        "anthropic": "ANTHROPIC_API_KEY"
+        if env.get("ANTHROPIC_API_KEY")
+        else "ANTHROPIC_AUTH_TOKEN",
         "openai": "OPENAI_API_KEY",
         "openai-chat": "OPENAI_API_KEY",
         "openrouter": "OPENROUTER_API_KEY",
         "vllm": "VLLM_API_KEY",
         "gemini": "GEMINI_API_KEY" if env.get("GEMINI_API_KEY") else "GOOGLE_API_KEY",
     }.get(vendor)
+    if generic_key:
+        key_variable = "LLM_API_KEY"  # named in the error for a rejected key
     from_environ = key_variable is not None and "api_key" not in options
     if vendor == "anthropic":
-        options.setdefault("api_key", _require(env, "ANTHROPIC_API_KEY", "needed for anthropic"))
+        if "api_key" not in options:
+            if not (env.get("ANTHROPIC_API_KEY") or env.get("ANTHROPIC_AUTH_TOKEN")):
+                raise ConfigurationError(
+                    "ANTHROPIC_API_KEY is not set (needed for anthropic; ANTHROPIC_AUTH_TOKEN "
+                    "also works)"
+                )
+            options["api_key"] = env.get("ANTHROPIC_API_KEY") or env["ANTHROPIC_AUTH_TOKEN"]
         options.setdefault("base_url", env.get("ANTHROPIC_BASE_URL") or _ANTHROPIC_URL)
     elif vendor == "openai" or vendor == "openai-chat":
         options.setdefault("api_key", _require(env, "OPENAI_API_KEY", f"needed for {vendor}"))
@@ -162,7 +203,7 @@ def from_env(environ: Mapping[str, str] | None = None, **options: Any) -> Provid
                 raise ConfigurationError(
                     "GEMINI_API_KEY is not set (needed for gemini; GOOGLE_API_KEY also works)"
                 )
-            options["api_key"] = env[str(key_variable)]
+            options["api_key"] = env.get("GEMINI_API_KEY") or env["GOOGLE_API_KEY"]
         if env.get("GEMINI_BASE_URL"):
             options.setdefault("base_url", env["GEMINI_BASE_URL"])
     elif vendor == "vllm":
@@ -172,8 +213,11 @@ def from_env(environ: Mapping[str, str] | None = None, **options: Any) -> Provid
             from_environ = False
         if env.get("VLLM_BASE_URL"):
             options.setdefault("base_url", env["VLLM_BASE_URL"])
-    elif env.get("OLLAMA_BASE_URL"):
-        options.setdefault("base_url", env["OLLAMA_BASE_URL"])
+    else:
+        if generic_key:
+            options.setdefault("api_key", env["OLLAMA_API_KEY"])
+        if env.get("OLLAMA_BASE_URL"):
+            options.setdefault("base_url", env["OLLAMA_BASE_URL"])
     provider = resolve_provider(f"{vendor}:{model}", **options)
     # The error for a rejected key names the variable to check, not "api_key=".
     if from_environ:
