@@ -26,7 +26,9 @@ def test_answer_usage_line_and_no_escape_codes(
     assert "cost $0.0" in done.out
     assert " · session " in done.out
     assert "\x1b" not in done.out + done.err  # not a terminal: no colour
-    assert done.err == ""
+    assert done.err == f"fanloop: created {work / '.fanloop' / 'sessions.db'} to keep the " + (
+        "sessions in (--store or $FANLOOP_STORE puts them elsewhere)\n"
+    )  # said once, by the run that created it
     assert server.requests[0].body["messages"][-1]["content"] == "Say hello"
     tools = {t["function"]["name"] for t in server.requests[0].body["tools"]}
     assert {"read_file", "write_file", "bash", "remember"} <= tools  # memory is on by default
@@ -187,7 +189,8 @@ def test_provider_error_is_one_line_on_stderr(
     done = run(env, work, "hi")
     assert done.code == 1
     assert "AuthenticationError" in done.err and "invalid api key" in done.err
-    assert len(done.err.strip().splitlines()) == 1
+    errors = [x for x in done.err.splitlines() if not x.startswith("fanloop: created ")]
+    assert len(errors) == 1
     assert "Traceback" not in done.out + done.err
 
 

@@ -74,9 +74,17 @@ def _agent_options() -> argparse.ArgumentParser:
     group.add_argument(
         "--provider",
         help="anthropic, openai (the Responses API), openai-chat (Chat Completions), "
-        "openrouter, vllm, ollama or gemini (default: $LLM_PROVIDER)",
+        "openrouter, vllm, ollama, gemini or azure (default: $LLM_PROVIDER; the key and "
+        "endpoint: the vendor's variables, or $LLM_API_KEY and $LLM_BASE_URL)",
     )
     group.add_argument("--model", help="the model name, or vendor:model (default: $LLM_MODEL)")
+    group.add_argument(
+        "--mcp",
+        action="append",
+        metavar='"COMMAND ARGS"|URL',
+        help="an MCP server whose tools the agent gets: a command to start (stdio) or an "
+        "http(s):// URL (streamable HTTP); repeat for more",
+    )
     group.add_argument(
         "--delegate", action="store_true", help="let the agent delegate to sub-agents"
     )

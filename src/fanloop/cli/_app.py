@@ -8,12 +8,13 @@ then runs it inside a cancel scope that Ctrl-C (or a closed stdout) can cancel.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import shlex
 import signal
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from functools import partial
@@ -26,7 +27,8 @@ from anyio.abc import TaskStatus
 from .. import Agent, Limits
 from .._delegate import AgentTool, DelegateTool
 from ..errors import ConfigurationError, FanloopError, ProviderError
-from ..providers import Provider, from_env
+from ..providers import Provider, from_env, resolve_provider
+from ..providers._resolve import VENDORS
 from ..sessions import (
     PostgresStore,
     Session,
@@ -65,6 +67,8 @@ __all__ = [
     "is_postgres",
     "make_provider",
     "make_store",
+    "note_new_store",
+    "open_mcp",
     "run_command",
     "session_db",
     "store_label",
@@ -137,6 +141,26 @@ def make_store(
         raise CommandError(f"{SCHEMA_ENV}: {exc}", EXIT_CONFIG) from None
 
 
+def note_new_store(target: str, console: Console) -> Callable[[], None]:
+    """A function that says once, on stderr, that the SQLite file ``target`` was created (call
+    it after the store was first used; it says nothing when the file was there before)."""
+    if is_postgres(target):
+        return lambda: None
+    path = os.path.expanduser(target)
+    existed = os.path.exists(path)
+
+    def after() -> None:
+        if not existed and os.path.exists(path):
+            to_stderr(console)(
+                safe(
+                    f"fanloop: created {path} to keep the sessions in (--store or "
+                    f"${STORE_ENV} puts them elsewhere)"
+                )
+            )
+
+    return after
+
+
 def store_label(store: SQLiteStore | PostgresStore) -> str:
     """The store, printable (a PostgreSQL URL without its password)."""
     return store.path if isinstance(store, SQLiteStore) else store.location
@@ -145,24 +169,71 @@ def store_label(store: SQLiteStore | PostgresStore) -> str:
 # -- providers --------------------------------------------------------------------------------
 
 
+_GUESSES = (
+    (("gpt-", "o1", "o3", "o4", "chatgpt-"), "openai"),
+    (("claude-",), "anthropic"),
+    (("gemini-",), "gemini"),
+)
+
+
+def _guess_vendor(model: str) -> str | None:
+    """The vendor a bare model name belongs to (``gpt-4.1``: openai), if it is plain."""
+    lowered = model.lower()
+    for prefixes, vendor in _GUESSES:
+        if lowered.startswith(prefixes):
+            return vendor
+    return None
+
+
+def _check_vendor(vendor: str, where: str) -> None:
+    """Refuse a vendor fanloop does not know, suggesting the closest one (``opnai``: openai)."""
+    known = [*VENDORS, "azure"]
+    if vendor.strip().lower() in known:
+        return
+    close = difflib.get_close_matches(vendor.lower(), known, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise CommandError(
+        f"unknown vendor {vendor!r} in {where}{hint} (the vendors: {', '.join(known)})",
+        EXIT_CONFIG,
+    )
+
+
 def make_provider(
     provider: str | None, model: str | None, environ: Mapping[str, str] | None = None
 ) -> Provider:
     """The provider named by ``--provider``/``--model``, else by ``LLM_PROVIDER``/``LLM_MODEL``.
 
-    ``--model vendor:name`` also names the provider.
+    ``--model vendor:name`` also names the provider. The key and endpoint come from the
+    environment as :func:`~fanloop.providers.from_env` reads them (``LLM_API_KEY`` and
+    ``LLM_BASE_URL`` included).
 
     Raises:
-        CommandError: with exit code 2 when something is missing; the message names the
-            option or variable to set.
+        CommandError: with exit code 2 when something is missing or unknown; the message
+            names the option or variable to set.
     """
     env = dict(os.environ if environ is None else environ)
     if model and not provider and ":" in model:
-        provider, model = model.split(":", 1)
+        vendor, name = model.split(":", 1)
+        _check_vendor(vendor, f"--model {model}")
+        provider, model = vendor, name
+    elif provider:
+        _check_vendor(provider, f"--provider {provider}")
+    elif env.get("LLM_PROVIDER", "").strip():
+        _check_vendor(env["LLM_PROVIDER"].strip(), "LLM_PROVIDER")
+    elif model and (guess := _guess_vendor(model)):
+        raise CommandError(
+            f"--model {model} names no vendor: pass --model {guess}:{model} (or --provider "
+            f"{guess}, or set LLM_PROVIDER)",
+            EXIT_CONFIG,
+        )
     if provider:
+        provider = provider.strip().lower()
+        _refuse_foreign_endpoint(env, provider)
         env["LLM_PROVIDER"] = provider
     if model:
         env["LLM_MODEL"] = model
+    if env.get("LLM_PROVIDER", "").strip().lower() == "azure":
+        return _azure(env)
     # One conversation at a time: httpx2's own pool carries it, and the aiohttp transport
     # (made for hundreds of requests in flight) would add ~70 ms of import to every start.
     transport = "auto" if env.get("FANLOOP_HTTP_TRANSPORT", "").strip() else "httpx"
@@ -175,8 +246,47 @@ def make_provider(
         elif message.startswith("LLM_MODEL is not set"):
             message += "; pass --model or set LLM_MODEL"
         elif "_API_KEY is not set" in message:
-            message += f"; set {message.split()[0]} in the environment"
+            message += f"; set {message.split()[0]} (or LLM_API_KEY) in the environment"
         raise CommandError(message, EXIT_CONFIG) from None
+
+
+def _refuse_foreign_endpoint(env: Mapping[str, str], vendor: str) -> None:
+    """``LLM_API_KEY`` and ``LLM_BASE_URL`` belong to ``$LLM_PROVIDER``: when the options name
+    another vendor, its key must not be sent to that endpoint (nor that key to its endpoint).
+
+    Raises:
+        CommandError: with exit code 2.
+    """
+    configured = env.get("LLM_PROVIDER", "").strip().lower()
+    generic = [v for v in ("LLM_BASE_URL", "LLM_API_KEY") if env.get(v, "").strip()]
+    if generic and configured and configured != vendor:
+        raise CommandError(
+            f"{' and '.join(generic)} {'are' if len(generic) > 1 else 'is'} set for "
+            f"LLM_PROVIDER={configured}, but the options name {vendor}; unset "
+            f"{' and '.join(generic)} (or set LLM_PROVIDER={vendor}) so that no key goes to "
+            "another vendor's endpoint",
+            EXIT_CONFIG,
+        )
+
+
+def _azure(env: Mapping[str, str]) -> Provider:
+    """``--model azure:DEPLOYMENT``: Azure OpenAI, from ``AZURE_OPENAI_ENDPOINT`` and
+    ``AZURE_OPENAI_API_KEY`` (``LLM_BASE_URL`` and ``LLM_API_KEY`` are refused: Azure has
+    its own variables)."""
+    for variable in ("LLM_BASE_URL", "LLM_API_KEY"):
+        if env.get(variable, "").strip():
+            raise CommandError(
+                f"{variable} is not read for azure: set AZURE_OPENAI_ENDPOINT and "
+                "AZURE_OPENAI_API_KEY instead",
+                EXIT_CONFIG,
+            )
+    model = env.get("LLM_MODEL", "").strip()
+    if not model:
+        raise CommandError("name the deployment: --model azure:DEPLOYMENT", EXIT_CONFIG)
+    try:
+        return resolve_provider(f"azure:{model}", transport="httpx")
+    except ConfigurationError as exc:
+        raise CommandError(str(exc), EXIT_CONFIG) from None
 
 
 # -- Ctrl-C -----------------------------------------------------------------------------------
@@ -346,8 +456,10 @@ def build_setup(
     system: str | None = None,
     session_id: str | None = None,
     retry: Any = None,
+    extra_tools: Sequence[Any] = (),
 ) -> AgentSetup:
-    """The agent the options describe (``--provider``, ``--delegate``, ``--memory``...)."""
+    """The agent the options describe (``--provider``, ``--delegate``, ``--memory``...);
+    ``extra_tools`` (the ``--mcp`` servers' tools) join the built-in ones."""
     if provider is None:
         provider = make_provider(args.provider, args.model)
     root = args.root
@@ -357,6 +469,8 @@ def build_setup(
         tools = DEFAULT_TOOLS if root is None else default_tools(root=root)
         if root is not None and delegate_tools is None:
             delegate_tools = read_only_tools(root=root)
+    if extra_tools:
+        tools = [*tools, *extra_tools]
     reader = stdin_reader(sys.stdin)
     if approve is None:
         if getattr(args, "defer", False):
@@ -386,6 +500,8 @@ def build_setup(
             session_id=session_id,
             style=console.style,
             approve_options=approve_options(args),
+            err=console.err,
+            err_style=console.err_style,
         )
         view = human
         gate = Approver(
@@ -505,6 +621,13 @@ def _needs_resume(session: Session) -> bool:
     return last.role == "user" or bool(last.tool_calls)
 
 
+async def open_mcp(args: argparse.Namespace, stack: AsyncExitStack) -> list[Any]:
+    """The tools of the ``--mcp`` servers, open until ``stack`` closes (see ``_mcp.py``)."""
+    from ._mcp import open_mcp as open_servers
+
+    return await open_servers(args, stack)
+
+
 # -- the commands -----------------------------------------------------------------------------
 
 
@@ -519,13 +642,22 @@ async def cmd_run(args: argparse.Namespace, console: Console) -> int:
         raise CommandError("the prompt is empty", EXIT_CONFIG)
     needs_session_for_defer(args)
     provider = make_provider(args.provider, args.model)
-    store = make_store(store_target(args))
+    target = store_target(args)
+    created = note_new_store(target, console)
+    store = make_store(target)
     async with AsyncExitStack() as stack:
         stack.push_async_callback(close_provider, provider)
         stack.push_async_callback(store.aclose)
         session = await _open_session(store, args.session, must_exist=False)
+        created()
         refuse_if_pending(session, args)
-        setup = build_setup(args, console, provider=provider, session_id=session.id)
+        setup = build_setup(
+            args,
+            console,
+            provider=provider,
+            session_id=session.id,
+            extra_tools=await open_mcp(args, stack),
+        )
         await _title(session, prompt)
 
         async def body(interrupts: Interrupts) -> int:
@@ -548,14 +680,23 @@ async def cmd_chat(args: argparse.Namespace, console: Console, *, resume: bool =
     if not resume:
         needs_session_for_defer(args)
     provider = make_provider(args.provider, args.model)
-    store = make_store(store_target(args))
+    target = store_target(args)
+    created = note_new_store(target, console)
+    store = make_store(target)
     async with AsyncExitStack() as stack:
         stack.push_async_callback(close_provider, provider)
         stack.push_async_callback(store.aclose)
         session_id = args.session if not resume else args.id
         session = await _open_session(store, session_id, must_exist=resume)
+        created()
         refuse_if_pending(session, args)
-        setup = build_setup(args, console, provider=provider, session_id=session.id)
+        setup = build_setup(
+            args,
+            console,
+            provider=provider,
+            session_id=session.id,
+            extra_tools=await open_mcp(args, stack),
+        )
         agent, view, reader = setup.agent, setup.view, setup.reader
         interactive = reader is not None and reader.interactive
         say = console.info if not args.json else to_stderr(console)

@@ -25,6 +25,7 @@ from ._app import (
     execute,
     exit_code_for,
     make_provider,
+    open_mcp,
     report_awaiting,
     run_command,
     to_stderr,
@@ -105,7 +106,13 @@ async def cmd_approve(args: argparse.Namespace, console: Console) -> int:
         approvals = approvals_for(session, args)  # before anything else: a bad id changes nothing
         provider = make_provider(args.provider, args.model)
         stack.push_async_callback(close_provider, provider)
-        setup = build_setup(args, console, provider=provider, session_id=session.id)
+        setup = build_setup(
+            args,
+            console,
+            provider=provider,
+            session_id=session.id,
+            extra_tools=await open_mcp(args, stack),
+        )
         say = console.info if not args.json else to_stderr(console)
         names = {p.call_id: p.name for p in pending_approvals(session)}
         for call_id, answer in approvals.items():

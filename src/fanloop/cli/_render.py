@@ -162,15 +162,30 @@ def _short_id(call_id: str | None) -> str:
     return (call_id or "")[-4:]
 
 
-def usage_line(result: RunResult, model: str, *, session_id: str | None = None) -> str:
-    """``tokens in 1,234 · out 56 · cost $0.0042 · 2.31s`` (cost ``n/a`` for unknown models)."""
+def usage_line(
+    result: RunResult,
+    model: str,
+    *,
+    session_id: str | None = None,
+    cut_off: Usage | None = None,
+) -> str:
+    """``tokens in 1,234 · out 56 · cost $0.0042 · 2.31s`` (cost ``n/a`` for unknown models).
+
+    ``cut_off`` is an estimate of the calls a cancel cut off before the server reported their
+    usage: added to the counts, which are then marked ``~`` (estimated).
+    """
     u: Usage = result.usage
+    about = ""
+    if cut_off is not None and (cut_off.input_tokens or cut_off.output_tokens):
+        u, about = u + cut_off, "~"
     cost = cost_of(model, u)
     parts = [
-        f"tokens in {u.input_tokens:,} · out {u.output_tokens:,}",
-        f"cost {'n/a' if cost is None else f'${cost:.4f}'}",
+        f"tokens in {about}{u.input_tokens:,} · out {about}{u.output_tokens:,}",
+        f"cost {'n/a' if cost is None else f'{about}${cost:.4f}'}",
         f"{result.elapsed:.2f}s",
     ]
+    if about:
+        parts.insert(1, "estimated: a call was cut off before the server counted it")
     if session_id:
         parts.append(f"session {session_id}")
     return " · ".join(parts)
@@ -227,6 +242,7 @@ class HumanView:
 
     Args:
         out: where to write.
+        err: where the command line's own notes go (``^C cancelling…``); ``out`` if ``None``.
         model: the model's name (for the cost).
         dangerous: the dangerous tools' names (their approval block shows them starting).
         subagent_tools: the tools that run sub-agents (their lines carry the call id).
@@ -247,9 +263,13 @@ class HumanView:
         style: Style | None = None,
         show_usage: bool = True,
         approve_options: str = "",
+        err: Stream | None = None,
+        err_style: Style | None = None,
     ) -> None:
         self.out = out
         self.style = style or Style(out)
+        self.err = err
+        self.err_style = err_style or (Style(err) if err is not None else self.style)
         self.model = model
         self.session_id = session_id
         self.dangerous = frozenset(dangerous)
@@ -265,6 +285,9 @@ class HumanView:
         self._sub_text: dict[Key, str] = {}
         self._batches: dict[Key, _Batch] = {}
         self._declined: set[str] = set()
+        # Model calls not yet counted (request sent, no response yet): their request and the
+        # characters streamed so far, for the estimate shown when a cancel cuts them off.
+        self._in_flight: dict[Key, tuple[Any, int]] = {}
         self._handlers: dict[str, Callable[[Any], None]] = {
             "request_started": self._request,
             "text_delta": self._text,
@@ -285,6 +308,7 @@ class HumanView:
     # -- plumbing ---------------------------------------------------------------------------
 
     def on_event(self, event: Event) -> None:
+        self._meter(event)
         handler = self._handlers.get(event.kind)
         if handler is not None:
             handler(event)
@@ -317,7 +341,17 @@ class HumanView:
         self.midline = False
 
     def note(self, text: str) -> None:
-        self.line(self.style.yellow(text))
+        """A line of the command line's own, on ``err`` (the streamed text stays whole)."""
+        if self.err is None:
+            self.line(self.style.yellow(text))
+            return
+        self.hide_spinner()
+        if self.midline:  # end the streamed line first, so the note starts a line of its own
+            self.out.write("\n")
+            self.out.flush()
+            self.midline = False
+        self.err.write(self.err_style.yellow(text) + "\n")
+        self.err.flush()
 
     def input_ended(self) -> None:
         """The user ended a line of input: the terminal's echo left the cursor on a new line."""
@@ -366,6 +400,33 @@ class HumanView:
             return ""
         path = "/".join(event.agent_path[1:]) or "/".join(event.agent_path)
         return f"[{safe(path)}#{_short_id(event.parent_call_id)}] "
+
+    def _meter(self, event: Any) -> None:
+        """Keep track of the model calls in flight, and of what they streamed."""
+        kind = event.kind
+        if kind == "request_started":
+            self._in_flight[self._key(event)] = (event.request, 0)
+        elif kind in ("text_delta", "thinking_delta"):
+            key = self._key(event)
+            if key in self._in_flight:
+                request, chars = self._in_flight[key]
+                self._in_flight[key] = (request, chars + len(event.text))
+        elif kind in ("response_completed", "usage_updated", "model_failed"):
+            self._in_flight.pop(self._key(event), None)
+
+    def cut_off_usage(self) -> Usage | None:
+        """An estimate of the calls in flight, which a cancel cut off before the server sent
+        their usage (input from the request, about four characters a token of output)."""
+        if not self._in_flight:
+            return None
+        from ..limits import estimate_input
+        from ..providers import Usage
+
+        total = Usage()
+        for request, chars in self._in_flight.values():
+            out = (chars + 3) // 4
+            total = total + Usage(input_tokens=estimate_input(request).tokens, output_tokens=out)
+        return total
 
     # -- text -------------------------------------------------------------------------------
 
@@ -541,9 +602,12 @@ class HumanView:
             detail = f" — {safe(result.detail)}" if result.detail else ""
             self.line(s.yellow(f"⊘ stopped: {reason}{detail}"))
         if self.show_usage:
-            self.line(s.dim(usage_line(result, self.model, session_id=self.session_id)))
+            cut_off = self.cut_off_usage() if reason == "cancelled" else None
+            line = usage_line(result, self.model, session_id=self.session_id, cut_off=cut_off)
+            self.line(s.dim(line))
         elif self.midline:
             self.write("\n")
+        self._in_flight.clear()
 
 
 # -- the JSON view ----------------------------------------------------------------------------

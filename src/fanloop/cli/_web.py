@@ -27,7 +27,7 @@ import socket
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from http.cookies import SimpleCookie
@@ -59,6 +59,7 @@ from ._app import (
     close_provider,
     make_provider,
     make_store,
+    open_mcp,
     store_label,
     store_target,
 )
@@ -129,15 +130,18 @@ def load_agent(reference: str) -> Agent[Any, Any]:
     return target
 
 
-def _options_agent(args: argparse.Namespace, provider: Any) -> Agent[Any, Any]:
-    """The agent ``fanloop run``'s options describe, without a terminal view or prompt."""
+def _options_agent(
+    args: argparse.Namespace, provider: Any, extra_tools: Sequence[Any] = ()
+) -> Agent[Any, Any]:
+    """The agent ``fanloop run``'s options describe, without a terminal view or prompt;
+    ``extra_tools`` are the ``--mcp`` servers' tools."""
     from ..tools import DEFAULT_TOOLS, default_tools, read_only_tools
 
     root = args.root
     return Agent(
         provider,
         system=SYSTEM_PROMPT.format(root=os.path.abspath(root or ".")),
-        tools=DEFAULT_TOOLS if root is None else default_tools(root=root),
+        tools=[*(DEFAULT_TOOLS if root is None else default_tools(root=root)), *extra_tools],
         auto_approve=args.yes,
         delegation=args.delegate,
         delegate_tools=None if root is None else read_only_tools(root=root),
@@ -601,6 +605,12 @@ async def cmd_web(args: argparse.Namespace, console: Console) -> int:
             )
     if args.demo and args.agent:
         raise CommandError("give either --demo or an agent, not both", EXIT_CONFIG)
+    if getattr(args, "mcp", None) and (args.demo or args.agent):
+        raise CommandError(
+            "--mcp adds tools to the agent the options describe, not to --demo or "
+            "MODULE:AGENT (give that agent its MCP tools in your code: see docs/mcp.md)",
+            EXIT_CONFIG,
+        )
     async with AsyncExitStack() as stack:
         store: Store
         if args.demo:
@@ -612,7 +622,7 @@ async def cmd_web(args: argparse.Namespace, console: Console) -> int:
             else:
                 provider = make_provider(args.provider, args.model)
                 stack.push_async_callback(close_provider, provider)
-                agent = _options_agent(args, provider)
+                agent = _options_agent(args, provider, await open_mcp(args, stack))
             model = str(getattr(agent.provider, "model", ""))
             try:
                 store = make_store(store_target(args))
