@@ -64,6 +64,21 @@ def test_the_first_examples_run_against_a_server_and_exit_cleanly(tmp_path: Path
     assert len(conversation) == 3
 
 
+def test_the_streaming_example_runs_on_its_own(tmp_path: Path) -> None:
+    """Each block runs as written: the second needs nothing from the first."""
+    script = tmp_path / "chat.py"
+    script.write_text(blocks()[1])
+    with FakeLLMServer() as server:
+        server.add("42", "43.")
+        out = run_script(
+            script,
+            {"ANTHROPIC_API_KEY": "sk-ant-test", "ANTHROPIC_BASE_URL": server.anthropic_base_url},
+        )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["42", "43.", "completed"]
+    assert out.stderr == ""
+
+
 def test_without_a_key_the_first_example_fails_early_naming_the_variable(tmp_path: Path) -> None:
     script = tmp_path / "first.py"
     script.write_text(blocks()[0])
