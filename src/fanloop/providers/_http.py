@@ -231,7 +231,9 @@ def resolve_transport(transport: Transport = "auto") -> Literal["aiohttp", "http
             return forced  # type: ignore[return-value]
         return "aiohttp" if _aiohttp_usable() else "httpx"
     if transport not in ("aiohttp", "httpx"):
-        raise ValueError(f"transport must be 'auto', 'aiohttp' or 'httpx', not {transport!r}")
+        raise ConfigurationError(
+            f"transport must be 'auto', 'aiohttp' or 'httpx', not {transport!r}"
+        )
     return transport
 
 
