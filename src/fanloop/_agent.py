@@ -13,14 +13,18 @@ from typing import TYPE_CHECKING, Any, Generic, Self
 import anyio
 from typing_extensions import TypeVar
 
-from ._approvals import check_no_pending
+from ._approvals import check_answer_types, check_answers, check_no_pending
 from ._dispatch import Emitter, build_table
 from ._fanout import LimiterPool
 from ._log import bind, logger, unbind
+from ._loop import run_loop
 from ._migrants import AGENT_NAMES, RUN_NAMES, refuse_migrant_names
 from ._model import Invoker, make_invoker
+from ._model_types import HostedTool, OutputFormat, ToolSpec
 from ._output import FINAL_TOOL, OutputMode, OutputSpec, OutputValidator
+from ._parked import resume_parked
 from ._result import OutputT, RunResult, TerminationReason
+from ._resume import repair
 from ._retry import RetryPolicy
 from ._run import CLEANUP_GRACE, RunState
 from ._scope import enter_run, leave_run
@@ -32,7 +36,6 @@ from .events import Event, RunFinished, RunStarted
 from .limits import Budget, Limits
 from .messages import DocumentPart, ImagePart, Message, TextPart
 from .observers import ConversationContext, ConversationSummary, Hooks, LoopObserver
-from .providers._types import HostedTool, OutputFormat, ToolSpec
 from .tools.base import FunctionTool, Tool, tool
 
 if TYPE_CHECKING:
@@ -886,8 +889,6 @@ class Agent(Generic[DepsT, OutputT]):
         return result
 
     async def _loop(self, run: RunState, *, deadline: bool) -> RunResult[Any]:
-        from ._loop import run_loop
-
         timeout = self.limits.timeout
         if not deadline or timeout is None:
             return await run_loop(run)
@@ -1049,8 +1050,6 @@ def _resumed(
     """``execute`` as a resumed run: a parked batch claimed and run on with ``approvals``, or
     the turn a dead process left open repaired first. Answers of the wrong type are refused at
     once; whether they match what the session waits for is checked on the stored state."""
-    from ._approvals import check_answer_types, check_answers, resume_parked
-    from ._resume import repair
 
     if approvals:
         check_answer_types(approvals)

@@ -27,12 +27,12 @@ from typing import Any, TypeVar
 
 import anyio
 
+from ._model_types import ModelRequest, ToolSpec, Usage
 from ._result import TerminationReason
 from .catalog import ModelInfo, cost_of, model_info
 from .errors import ConfigurationError
 from .events import BudgetKind
 from .messages import Message, ToolCallPart
-from .providers._types import ModelRequest, ToolSpec, Usage
 
 __all__ = [
     "Budget",

@@ -44,6 +44,7 @@ from typing import Any, Final, Literal
 
 from .._approvals import PendingApproval
 from .._log import logger
+from .._model_types import Usage
 from .._result import RunResult, TerminationReason
 from ..errors import ApprovalError, ConfigurationError, FanloopError, RequestInvalid
 from ..events import (
@@ -63,7 +64,6 @@ from ..events import (
     ToolStarted,
 )
 from ..messages import Message, TextPart, ToolCallPart
-from ..providers._types import Usage
 from ..sessions import SessionStore
 from ._core import (
     Bridge,
