@@ -13,7 +13,7 @@ import pytest
 
 import fanloop
 from fanloop import Agent, TerminationReason
-from fanloop.errors import AuthenticationError
+from fanloop.errors import AuthenticationError, ConfigurationError
 from fanloop.providers import ModelRequest
 from fanloop.testing import ScriptedProvider
 
@@ -225,13 +225,13 @@ async def test_empty_gather() -> None:
 
 
 async def test_an_invalid_limit_is_refused() -> None:
-    with pytest.raises(ValueError, match="limit"):
+    with pytest.raises(ConfigurationError, match="limit"):
         await fanloop.gather(lambda: anyio.sleep(0), limit=0)
 
 
 async def test_an_invalid_limit_closes_the_coroutines_it_was_given() -> None:
     coro = anyio.sleep(0)
-    with pytest.raises(ValueError, match="limit"):
+    with pytest.raises(ConfigurationError, match="limit"):
         await fanloop.gather(coro, limit=0)
     state = inspect.getcoroutinestate(coro)  # type: ignore[arg-type]
     coro.close()  # type: ignore[attr-defined]  # (keep the test itself free of the warning)

@@ -406,3 +406,28 @@ async def test_the_subagents_system_prompt_and_model_can_be_set_from_the_agent()
     (request,) = child_model.requests
     assert request.system == "You are a careful researcher."
     assert len(lead_model.requests) == 2  # the lead's model never answered for the child
+
+
+async def test_subagents_of_an_overridden_agent_keep_the_configured_delegate_tools() -> None:
+    probe = Probe(expected=3)
+    agent, original = lead(probe)
+    replacement = ScriptedProvider(lead_and_children())
+    with anyio.fail_after(5), agent.override(provider=replacement):
+        result = await agent.run("go")
+    assert result.termination_reason is TerminationReason.COMPLETED
+    assert not original.requests
+    child_requests = [r for r in replacement.requests if r.system != LEAD]
+    assert len(child_requests) == 6
+    assert all({t.name for t in r.tools} == {"probe"} for r in child_requests)
+    assert sorted(probe.seen) == sorted(TASKS)
+
+
+async def test_subagents_of_a_copy_keep_the_configured_delegate_tools() -> None:
+    probe = Probe(expected=3)
+    agent, provider = lead(probe)
+    copy = agent.with_options(name="lead-copy")
+    with anyio.fail_after(5):
+        await copy.run("go")
+    child_requests = [r for r in provider.requests if r.system != LEAD]
+    assert all({t.name for t in r.tools} == {"probe"} for r in child_requests)
+    assert sorted(probe.seen) == sorted(TASKS)

@@ -15,6 +15,7 @@ from ._gather import gather
 from ._result import RunResult, TerminationReason
 from ._retry import RetryPolicy
 from ._settings import ModelSettings
+from ._version import __version__ as __version__
 from .limits import Limits
 from .messages import Citation
 from .observers import (
@@ -33,8 +34,6 @@ from .tools.base import RunContext, Tool, ToolResult, tool
 if TYPE_CHECKING:
     from ._delegate import Delegation
     from ._stream import RunStream
-
-__version__ = "0.1.0"
 
 # Loaded on first use: ``import fanloop`` does not pay for what only some programs need
 # (``RunStream`` is what ``agent.stream()`` returns; ``Delegation`` configures sub-agents).

@@ -13,14 +13,18 @@ from typing import TYPE_CHECKING, Any, Generic, Self
 import anyio
 from typing_extensions import TypeVar
 
-from ._approvals import check_no_pending
+from ._approvals import check_answer_types, check_answers, check_no_pending
 from ._dispatch import Emitter, build_table
 from ._fanout import LimiterPool
 from ._log import bind, logger, unbind
+from ._loop import run_loop
 from ._migrants import AGENT_NAMES, RUN_NAMES, refuse_migrant_names
 from ._model import Invoker, make_invoker
+from ._model_types import HostedTool, OutputFormat, ToolSpec
 from ._output import FINAL_TOOL, OutputMode, OutputSpec, OutputValidator
+from ._parked import resume_parked
 from ._result import OutputT, RunResult, TerminationReason
+from ._resume import repair
 from ._retry import RetryPolicy
 from ._run import CLEANUP_GRACE, RunState
 from ._scope import enter_run, leave_run
@@ -32,7 +36,6 @@ from .events import Event, RunFinished, RunStarted
 from .limits import Budget, Limits
 from .messages import DocumentPart, ImagePart, Message, TextPart
 from .observers import ConversationContext, ConversationSummary, Hooks, LoopObserver
-from .providers._types import HostedTool, OutputFormat, ToolSpec
 from .tools.base import FunctionTool, Tool, tool
 
 if TYPE_CHECKING:
@@ -135,6 +138,7 @@ class Agent(Generic[DepsT, OutputT]):
         "_caps",
         "_confirm_arg",
         "_invoke",
+        "_options",
         "_owns_provider",
         "_provider",
         "_table",
@@ -210,6 +214,7 @@ class Agent(Generic[DepsT, OutputT]):
     tool_specs: tuple[ToolSpec, ...]
     _tool_async: dict[str, bool]
     _invoke: Invoker
+    _options: Mapping[str, Any]
     _confirm_arg: ConfirmFn | None
     _caps: dict[str, tuple[tuple[str, int], ...]]
     _owns_provider: bool
@@ -255,11 +260,14 @@ class Agent(Generic[DepsT, OutputT]):
         client: Provider | None = None,
         _limiters: LimiterPool | None = None,
     ) -> None:
+        received = dict(locals())  # first, so exactly the parameters: see with_options()
+        del received["self"]
         if client is not None:  # the older spelling: Agent(tools, client=provider)
             if provider is not None and not isinstance(provider, list | tuple):
                 raise ConfigurationError("pass the provider once: positionally or as client=")
             tools = [*(provider or ()), *tools]
             provider = client
+        own_tools = tuple(t if isinstance(t, Tool) else tool(t) for t in tools)
         if provider is None:
             raise ConfigurationError("Agent needs a provider (or a 'vendor:model' string)")
         owns_provider = isinstance(provider, str)
@@ -333,6 +341,8 @@ class Agent(Generic[DepsT, OutputT]):
             _limiters.declare(concurrency_limits)
         set_("limiters", _limiters)
 
+        output_validators = tuple(output_validators)
+        delegate_tools = None if delegate_tools is None else tuple(delegate_tools)
         spec = OutputSpec(
             output_type, retries=output_retries, validators=output_validators, mode=output_mode
         )
@@ -341,7 +351,7 @@ class Agent(Generic[DepsT, OutputT]):
         set_("native_output", native)
         set_("output_format", _output_format(spec) if native else None)
 
-        all_tools = [t if isinstance(t, Tool) else tool(t) for t in tools]
+        all_tools = list(own_tools)
         if not spec.is_text and not native:
             all_tools.append(spec.tool())
         system_parts = [system] if isinstance(system, str) and system else []
@@ -393,6 +403,23 @@ class Agent(Generic[DepsT, OutputT]):
         idle = self.retry.stream_idle_timeout if watched else None
         set_("_invoke", make_invoker(provider, idle))
         set_("_table", build_table(observer, hooks))
+        # What this agent was made from, with iterables frozen, the provider made and the
+        # shortcuts folded into the settings: with_options() rebuilds from it.
+        received.update(
+            provider=provider,
+            client=None,
+            tools=own_tools,
+            hosted_tools=hosted,
+            output_validators=output_validators,
+            delegate_tools=delegate_tools,
+            tool_concurrency=_frozen(tool_concurrency),
+            concurrency_limits=_frozen(concurrency_limits),
+            model_settings=settings,
+            max_tokens=None,
+            temperature=None,
+            _limiters=_limiters,
+        )
+        set_("_options", MappingProxyType(received))
 
     async def aclose(self) -> None:
         """Close the provider if this agent made it from a model string.
@@ -524,45 +551,29 @@ class Agent(Generic[DepsT, OutputT]):
         return tuple(caps)
 
     def with_options(self, **changes: Any) -> Agent[Any, Any]:
-        """A copy of this agent with some constructor arguments changed."""
-        provider = changes.pop("provider", self._provider)
-        current: dict[str, Any] = {
-            "system": self.system,
-            "tools": [t for t in self.tools.values() if t.name not in _AUTO_TOOLS],
-            "limits": self.limits,
-            "retry": self.retry,
-            "confirm": self._confirm_arg,
-            "auto_approve": self.auto_approve,
-            "observer": self.observer,
-            "hooks": self.hooks,
-            "delegation": self.delegation,
-            "memory": self.memory,
-            "skills": self.skills,
-            "name": self.name,
-            "model_settings": self.model_settings,
-            "max_tokens_ceiling": self.max_tokens_ceiling,
-            "thinking_budget": self.thinking_budget,
-            "hosted_tools": self.hosted_tools,
-            "max_concurrency": self.max_concurrency,
-            "tool_concurrency": self.tool_concurrency,
-            "context_window": self.context_window,
-            "compact_threshold": self.compact_threshold,
-            "max_tool_result_chars": self.max_tool_result_chars,
-            "max_depth": self.max_depth,
-            "workspace": self.workspace,
-            "output_type": self.output.output_type,
-            "output_retries": self.output.retries,
-            "output_validators": [fn for _, fn in self.output.validators],
-            "output_mode": self.output.mode,
-            "_limiters": self.limiters,
-        }
+        """A copy of this agent with some constructor arguments changed.
+
+        The copy is made from the arguments this agent was made from (every one of them), with
+        ``changes`` over them. It shares this agent's provider and limiter pool (a new
+        ``tool_threads`` gets a new pool); ``max_tokens`` or ``temperature`` replaces that
+        field of ``model_settings``.
+        """
+        options = dict(self._options)
         shortcuts = {k for k in ("max_tokens", "temperature") if k in changes}
         if shortcuts and "model_settings" not in changes:  # the shortcut replaces the field
-            current["model_settings"] = self.model_settings.model_copy(
+            options["model_settings"] = options["model_settings"].model_copy(
                 update=dict.fromkeys(shortcuts)
             )
-        current.update(changes)
-        return Agent(provider, **current)
+        if "client" in changes and "provider" not in changes:
+            options["provider"] = None
+        if "tool_threads" in changes and "_limiters" not in changes:
+            options["_limiters"] = None  # a new pool, declaring the keys this one holds
+            options["concurrency_limits"] = {
+                **self.limiters.keys,
+                **(changes.pop("concurrency_limits", None) or {}),
+            }
+        options.update(changes)
+        return Agent(**options)
 
     # -- running -----------------------------------------------------------------------
 
@@ -878,8 +889,6 @@ class Agent(Generic[DepsT, OutputT]):
         return result
 
     async def _loop(self, run: RunState, *, deadline: bool) -> RunResult[Any]:
-        from ._loop import run_loop
-
         timeout = self.limits.timeout
         if not deadline or timeout is None:
             return await run_loop(run)
@@ -996,6 +1005,10 @@ _overrides: contextvars.ContextVar[Mapping[int, Agent[Any, Any]]] = contextvars.
 """``Agent.override``: id of the agent -> the agent its runs use (copied on write)."""
 
 
+def _frozen(mapping: Mapping[str, int] | None) -> Mapping[str, int] | None:
+    return None if mapping is None else MappingProxyType(dict(mapping))
+
+
 def _as_settings(value: Any) -> ModelSettings:
     if isinstance(value, ModelSettings):
         return value
@@ -1037,8 +1050,6 @@ def _resumed(
     """``execute`` as a resumed run: a parked batch claimed and run on with ``approvals``, or
     the turn a dead process left open repaired first. Answers of the wrong type are refused at
     once; whether they match what the session waits for is checked on the stored state."""
-    from ._approvals import check_answer_types, check_answers, resume_parked
-    from ._resume import repair
 
     if approvals:
         check_answer_types(approvals)

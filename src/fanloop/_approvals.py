@@ -21,18 +21,19 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
 from ._log import logger
+from ._result import PendingApproval, TerminationReason
+from ._run import CLEANUP_GRACE
 from .errors import ApprovalConflict, ApprovalError
 from .messages import ToolCallPart, ToolResultPart
 
 if TYPE_CHECKING:
-    from ._result import RunResult
     from ._run import RunState
     from .sessions import Session
 
@@ -50,7 +51,6 @@ __all__ = [
     "check_not_answered",
     "park",
     "pending_approvals",
-    "resume_parked",
 ]
 
 PENDING_KEY: Final = "fanloop.pending_approvals"
@@ -83,32 +83,6 @@ Answer = bool | str
 reason for the model."""
 
 
-@dataclass(frozen=True, slots=True)
-class PendingApproval:
-    """A dangerous call waiting for a person.
-
-    Attributes:
-        call_id: the tool call's id: the key to answer it with.
-        name: the tool's name.
-        arguments: the call's arguments.
-        preview: what the confirmation gate showed (a diff, ``$ command``...).
-    """
-
-    call_id: str
-    name: str
-    arguments: dict[str, Any]
-    preview: str
-
-    def to_json(self) -> dict[str, Any]:
-        """The approval as plain JSON values."""
-        return {
-            "call_id": self.call_id,
-            "name": self.name,
-            "arguments": self.arguments,
-            "preview": self.preview,
-        }
-
-
 @dataclass(slots=True)
 class Parked:
     """Where a batch stopped: the index of the deferred call and its preview."""
@@ -121,8 +95,6 @@ async def park(
     run: RunState, calls: Sequence[ToolCallPart], results: Sequence[ToolResultPart | None]
 ) -> None:
     """Persist the parked batch in the session and end the run with ``awaiting_approval``."""
-    from ._result import TerminationReason
-
     parked = run.parked
     assert parked is not None
     call = calls[parked.index]
@@ -261,8 +233,6 @@ class Claim:
 
     async def swap(self, new: dict[str, Any] | None, **extra: Any) -> bool:
         """Replace the parked state we hold by ``new``, only if we still hold it."""
-        from ._run import CLEANUP_GRACE
-
         with anyio.move_on_after(CLEANUP_GRACE, shield=True):
             done = await self.session.set_metadata_if(
                 PENDING_KEY, self.state, **{PENDING_KEY: new}, **extra
@@ -299,55 +269,6 @@ class Claim:
         free = {k: v for k, v in self.state.items() if k != "claim"}
         await self.swap(free)
         self.state = {}
-
-    def before(self) -> Callable[[RunState], Awaitable[RunResult | None]]:
-        """The ``before`` step of the resumed run: run the parked batch on."""
-
-        async def before(run: RunState) -> RunResult | None:
-            from ._loop import run_tools
-
-            last = run.messages[-1]
-            calls = last.tool_calls
-            results = [
-                None if r is None else ToolResultPart.model_validate(r)
-                for r in self.state["results"]
-            ]
-            run.decisions = dict(self.answers)
-            run.claim = self
-            # The parked state stays until the batch's results are in the transcript: a
-            # process that dies on the way leaves it for the next resume once its lease has
-            # run out (receipts keep effects single).
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self.renew)
-                try:
-                    await run_tools(run, calls, results)
-                finally:
-                    tg.cancel_scope.cancel()
-            if run.parked is None:
-                await self.finish()
-            if run.ending is not None:
-                return run.result(run.ending[0], detail=run.ending[1])
-            return None
-
-        return before
-
-
-async def resume_parked(
-    session: Session,
-    approvals: Mapping[str, Answer],
-    execute: Callable[..., Awaitable[RunResult]],
-    **kwargs: Any,
-) -> RunResult:
-    """Claim the parked batch of ``session``, then ``execute`` the run that goes on with it.
-
-    Exactly one of any number of concurrent resumes of one batch (in any processes) runs it;
-    the others raise :class:`~fanloop.errors.ApprovalConflict` having changed nothing.
-    """
-    claim = await Claim.take(session, approvals)
-    try:
-        return await execute(before=claim.before(), **kwargs)
-    finally:
-        await claim.release()
 
 
 def check_not_answered(session: Session, call_ids: Iterable[str]) -> None:

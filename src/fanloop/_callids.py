@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel
 
 from ._ids import new_id
+from ._model_types import ModelResponse
 from .messages import Origin, ToolCallPart
-from .providers._types import ModelResponse
 
 if TYPE_CHECKING:
     from ._run import RunState

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._log import logger
+from ._model import Halted, call_model
 from .events import CompactionFinished, CompactionStarted, ContextCritical
 from .limits import media_tokens
 from .messages import (
@@ -88,8 +89,6 @@ def _cut(messages: list[Message]) -> int:
 
 async def compact(run: RunState) -> bool:
     """Replace the older history with a provider-written summary. False if nothing to cut."""
-    from ._model import Halted, call_model
-
     messages = run.messages
     cut = _cut(messages)
     if cut < 2:

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from ._model_types import ModelRequest, Usage
 from ._result import RunResult, TerminationReason
 from .errors import ToolError
 from .events import BudgetKind
 from .limits import NO_INPUT, Budget, Denial, InputEstimate, Limits, Reservation, estimate_input
 from .messages import Message
-from .providers._types import ModelRequest, Usage
 from .tools.base import Tool, ToolResult, current_context
 
 if TYPE_CHECKING:

@@ -34,6 +34,8 @@ import anyio
 
 from ._approvals import DEFER, Parked
 from ._log import logger
+from ._result import TerminationReason
+from ._resume import receipt_matches, receipt_result
 from ._run import CLEANUP_GRACE
 from ._unicode import WINDOW, scrub
 from .errors import ConfigurationError, ModelRetry, ToolError
@@ -212,8 +214,6 @@ async def run_batch(
         if count:
             await emit(StallDetected(call.name, count))
             if run.agent.limits.stop_on_stall:
-                from ._result import TerminationReason
-
                 run.end(
                     TerminationReason.STALLED,
                     f"{call.name} was called with the same arguments {count} times in a row",
@@ -388,12 +388,9 @@ async def _replay(
     Only a receipt written for this very call (same tool, same arguments) is replayed; one
     left by a different call under the same id is never passed off as this call's result.
     """
-    from ._resume import receipt_matches, receipt_result
 
     call = item.call
     if not await receipt_matches(call, receipt):
-        from ._result import TerminationReason
-
         refused = ToolResultPart(
             call_id=call.id,
             content="Not run: this call's id was already used by a different call. Call the "
@@ -409,8 +406,6 @@ async def _replay(
         return
     part = receipt_result(call, receipt)
     if part is None:
-        from ._result import TerminationReason
-
         part = ToolResultPart(
             call_id=call.id,
             content="Not run: an earlier attempt of this exact call may already have taken "

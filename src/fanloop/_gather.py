@@ -8,6 +8,8 @@ from typing import Any, TypeVar
 
 import anyio
 
+from .errors import ConfigurationError
+
 __all__ = ["gather"]
 
 T = TypeVar("T")
@@ -39,7 +41,7 @@ async def gather(
         for item in runs:
             if inspect.iscoroutine(item):
                 item.close()
-        raise ValueError("limit must be >= 1")
+        raise ConfigurationError("limit must be >= 1")
     results: list[Any] = [None] * len(runs)
     started = [False] * len(runs)
     limiter = anyio.CapacityLimiter(limit) if limit is not None else None

@@ -21,11 +21,12 @@ from ._approvals import park
 from ._callids import distinct_call_ids
 from ._context import check_context
 from ._fanout import results_or_cancelled, run_batch
-from ._model import Ending, refusal_text, take_turn
+from ._model import Ending
+from ._model_types import ModelResponse, StopReason
 from ._result import RunResult, TerminationReason
 from ._run import CLEANUP_GRACE, RunState
+from ._turn import refusal_text, take_turn
 from .messages import Message, ToolCallPart, ToolResultPart
-from .providers._types import ModelResponse, StopReason
 
 __all__ = ["run_loop"]
 

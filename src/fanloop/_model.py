@@ -1,4 +1,5 @@
-"""One model turn: stream the answer, retry transient failures, apply the stop-reason rules."""
+"""One model call: stream the answer, watch it for idleness, retry transient failures (the turn
+built on it is :mod:`fanloop._turn`)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ._log import logger
+from ._model_types import ModelRequest, ModelResponse, StopReason
 from ._result import TerminationReason
 from .errors import (
-    ContextWindowExceeded,
     ProviderConnectionError,
     ProviderError,
     ProviderTimeout,
@@ -29,21 +30,18 @@ from .events import (
     ThinkingDelta,
     ToolCallStarted,
 )
-from .messages import Origin, Part, TextPart, ThinkingPart, ToolCallPart
-from .providers._types import ModelRequest, ModelResponse, StopReason
+from .messages import TextPart, ThinkingPart, ToolCallPart
 
 if TYPE_CHECKING:
     from ._run import RunState
-    from .limits import Reservation
 
 __all__ = [
     "Ending",
     "Halted",
     "Invoker",
+    "call_model",
     "make_invoker",
-    "reserve_call",
     "send_guard",
-    "take_turn",
 ]
 
 
@@ -366,139 +364,3 @@ async def call_model(run: RunState, request: ModelRequest) -> ModelResponse:
         await anyio.sleep(delay)
         if (stop := send_guard(run)) is not None:
             raise Halted(stop) from error
-
-
-async def take_turn(run: RunState) -> ModelResponse | Ending:
-    """One model round: the request, pause continuations and truncation retries included.
-
-    Returns the finished response (its content joined across pauses), or an :class:`Ending`
-    when the turn ends the run (refusal, output cut off, budget spent, context exhausted).
-    """
-    agent = run.agent
-    budget = run.budget
-    pending: list[Part] = []
-    origins: list[Origin | None] = []
-    truncations = 0
-    compacted = False
-    while True:
-        if (halt := send_guard(run)) is not None:
-            return halt
-        origin = join_origins(origins)
-        request = run.request(pending, run.max_tokens, origin)
-        held: Reservation | None = None
-        if budget.metering:  # no token or cost limit: nothing to reserve, nothing to estimate
-            granted = await reserve_call(run, request)
-            if isinstance(granted, Ending):
-                return granted
-            held = granted
-            if granted.output_tokens < request.max_tokens:
-                request = run.request(pending, granted.output_tokens, origin)
-        try:
-            response = await call_model(run, request)
-        except ContextWindowExceeded as exc:
-            budget.settle(held, None, agent.model)
-            if not compacted and not pending:
-                from ._context import compact
-
-                compacted = True
-                if await compact(run):
-                    continue
-            return Ending(TerminationReason.CONTEXT_EXHAUSTED, detail=str(exc))
-        except Halted as halted:
-            budget.settle(held, None, agent.model)
-            return halted.ending
-        except BaseException:
-            budget.settle(held, None, agent.model)
-            raise
-        await run.account(response, held)
-        stop = response.stop_reason
-
-        if stop is StopReason.PAUSED:
-            pending.extend(response.content)
-            origins.append(response.origin)
-            continue
-
-        if stop is StopReason.MAX_TOKENS and (response.tool_calls or not response.content):
-            # A truncated tool call is never executed: discard the turn, retry with more room.
-            if request.max_tokens < run.max_tokens:
-                return Ending(
-                    TerminationReason.TOKEN_BUDGET,
-                    detail="the output budget left was too small to finish the turn",
-                )
-            if run.max_tokens >= agent.max_tokens_ceiling:
-                return Ending(
-                    TerminationReason.MAX_TOKENS,
-                    text=_joined_text(pending, response),
-                    detail=f"the turn did not fit in {run.max_tokens} output tokens",
-                )
-            run.max_tokens = min(run.max_tokens * 2, agent.max_tokens_ceiling)
-            truncations += 1
-            await run.emitter.emit(
-                RetryScheduled(
-                    truncations,
-                    0.0,
-                    ResponseInvalid(
-                        f"output cut off at max_tokens; retrying with {run.max_tokens}"
-                    ),
-                    True,
-                )
-            )
-            continue
-
-        if pending:
-            origin = join_origins([*origins, response.origin])
-            content = (*pending, *response.content)
-            response = response.model_copy(update={"content": content, "origin": origin})
-        return response
-
-
-async def reserve_call(run: RunState, request: ModelRequest) -> Reservation | Ending:
-    """Reserve the shared budget for ``request`` before it is sent (docs/limits.md).
-
-    The reservation holds the request's estimated input tokens, its ``max_tokens`` clamped to
-    what is left (the reservation's ``output_tokens``; send no more) and their price. While
-    calls in flight elsewhere in the run tree hold what this one needs, it waits for them to
-    settle; a call that cannot fit even then is not sent: the :class:`Ending` says which
-    budget it would break. Settle the reservation with ``budget.settle`` or ``run.account``.
-    """
-    budget = run.budget
-    estimate = budget.estimate(request, run.context_tokens, run.context_base)
-    granted = await budget.reserve(estimate, request.max_tokens, run.agent.model)
-    if isinstance(granted, tuple):
-        return Ending(granted[0], detail=granted[1])
-    return granted
-
-
-def join_origins(origins: list[Origin | None]) -> Origin | None:
-    """One origin for a turn joined across pauses: the raw block lists end to end, when every
-    segment came from the same provider and API with list-shaped raw blocks (else ``None``,
-    and the provider translates the joined parts instead)."""
-    if not origins or any(o is None for o in origins):
-        return None
-    first = origins[0]
-    assert first is not None
-    raw: list[Any] = []
-    for o in origins:
-        assert o is not None
-        if o.provider != first.provider or o.api != first.api or not isinstance(o.raw, list):
-            return None
-        raw.extend(o.raw)
-    return Origin(provider=first.provider, api=first.api, model=first.model, raw=raw)
-
-
-def _joined_text(pending: list[Part], response: ModelResponse) -> str:
-    return "".join(p.text for p in (*pending, *response.content) if isinstance(p, TextPart))
-
-
-def refusal_text(response: ModelResponse) -> str:
-    """An honest sentence for a refusal, naming its category."""
-    details = response.stop_details or {}
-    category = details.get("category") or "not given"
-    text = f"The model declined to respond (refusal; category: {category})."
-    explanation = details.get("explanation")
-    if explanation:
-        text += f" Explanation: {explanation}"
-    said = response.text.strip()
-    if said:
-        text += f" The model said: {said}"
-    return text

@@ -26,15 +26,16 @@ from typing import TYPE_CHECKING, Any, Literal
 import pydantic
 import pydantic_core
 
+from ._model import Ending
+from ._result import TerminationReason
 from .errors import ConfigurationError, ModelRetry, ToolError
 from .events import OutputPartial, TextDelta, ToolCallDelta, ToolCallStarted
 from .messages import Message
 from .tools.base import Tool, current_context, strip_titles
 
 if TYPE_CHECKING:
-    from ._model import Ending
+    from ._model_types import ModelResponse
     from ._run import RunState
-    from .providers._types import ModelResponse
 
 __all__ = ["FINAL_TOOL", "OutputMode", "OutputSpec", "OutputValidator"]
 
@@ -193,8 +194,6 @@ class OutputSpec:
 
     async def finish(self, run: RunState, response: ModelResponse, native: bool) -> Ending | None:
         """The ending a final text answer brings, or ``None`` when it was sent back to fix."""
-        from ._model import Ending
-        from ._result import TerminationReason
 
         text = response.text
         if self.is_text or native:
@@ -219,8 +218,6 @@ class OutputSpec:
 
     def record_failure(self, run: RunState, why: str) -> Ending | None:
         """Count a failed answer; the ending when it was one too many."""
-        from ._model import Ending
-        from ._result import TerminationReason
 
         run.output_failures += 1
         if run.output_failures > self.retries:
@@ -258,8 +255,6 @@ class OutputTool(Tool):
         return dict(arguments)  # checked by the output type in run, where failures count
 
     async def run(self, **arguments: Any) -> str:
-        from ._result import TerminationReason
-
         run: RunState = current_context()._run
         if run.output_set:
             return "A final result was already accepted; this one was ignored."

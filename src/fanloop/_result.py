@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Generic
 
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import TypeVar
 
-from ._approvals import PendingApproval
+from ._model_types import Usage
+from .errors import RunIncomplete
 from .messages import Citation, Message
-from .providers._types import Usage
 
-__all__ = ["OutputT", "RunResult", "TerminationReason"]
+__all__ = ["OutputT", "PendingApproval", "RunResult", "TerminationReason"]
 
 OutputT = TypeVar("OutputT", default=str)
 """The type of a run's typed answer (``Agent(output_type=...)``); ``str`` by default."""
@@ -55,6 +56,32 @@ class TerminationReason(StrEnum):
     awaiting_approval = "awaiting_approval"
     output_invalid = "output_invalid"
     unknown = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class PendingApproval:
+    """A dangerous call waiting for a person.
+
+    Attributes:
+        call_id: the tool call's id: the key to answer it with.
+        name: the tool's name.
+        arguments: the call's arguments.
+        preview: what the confirmation gate showed (a diff, ``$ command``...).
+    """
+
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+    preview: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The approval as plain JSON values."""
+        return {
+            "call_id": self.call_id,
+            "name": self.name,
+            "arguments": self.arguments,
+            "preview": self.preview,
+        }
 
 
 class RunResult(BaseModel, Generic[OutputT]):
@@ -111,7 +138,6 @@ class RunResult(BaseModel, Generic[OutputT]):
         """
         if self.termination_reason is TerminationReason.COMPLETED:
             return self
-        from .errors import RunIncomplete
 
         detail = f": {self.detail}" if self.detail else ""
         raise RunIncomplete(

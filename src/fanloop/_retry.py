@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from .errors import ProviderError
+from .errors import ConfigurationError, ProviderError
 
 __all__ = ["RetryPolicy"]
 
@@ -42,11 +42,11 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         if self.max_retries < 0:
-            raise ValueError("max_retries must be >= 0")
+            raise ConfigurationError("max_retries must be >= 0")
         if self.base_delay < 0 or self.max_delay < 0 or self.max_retry_after < 0:
-            raise ValueError("retry delays must be >= 0")
+            raise ConfigurationError("retry delays must be >= 0")
         if self.stream_idle_timeout is not None and not self.stream_idle_timeout > 0:
-            raise ValueError("stream_idle_timeout must be > 0 or None")
+            raise ConfigurationError("stream_idle_timeout must be > 0 or None")
 
     def should_retry(self, error: BaseException, attempt: int) -> bool:
         """Whether to retry after ``attempt`` (counted from 1) failed with ``error``."""

@@ -9,6 +9,7 @@ import anyio
 
 from ._dispatch import Emitter
 from ._ids import new_id
+from ._model_types import ModelRequest, ModelResponse, Usage
 from ._result import RunResult, TerminationReason
 from ._unicode import valid_models
 from .catalog import cost_of
@@ -22,7 +23,6 @@ from .events import (
 )
 from .limits import Budget, Reservation, StallDetector, clean_usage
 from .messages import Message, Origin, Part, TextPart, ToolCallPart, _build
-from .providers._types import ModelRequest, ModelResponse, Usage
 from .tools.base import RunContext
 
 if TYPE_CHECKING:

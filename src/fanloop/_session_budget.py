@@ -17,8 +17,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from ._model_types import Usage
 from .limits import Limits
-from .providers._types import Usage
 
 if TYPE_CHECKING:
     from ._result import RunResult

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .providers._types import Usage
+from ._model_types import Usage
 
 __all__ = ["ModelInfo", "cost_of", "model_info", "register_model"]
 

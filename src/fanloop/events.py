@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
 from .messages import Citation, Message, ToolCallPart, ToolResultPart
 
 if TYPE_CHECKING:
+    from ._model_types import ModelRequest, ModelResponse, Usage
     from ._result import RunResult
-    from .providers._types import ModelRequest, ModelResponse, Usage
 
 __all__ = [
     "ApprovalRequested",

@@ -27,11 +27,12 @@ from typing import Any, TypeVar
 
 import anyio
 
+from ._model_types import ModelRequest, ToolSpec, Usage
 from ._result import TerminationReason
 from .catalog import ModelInfo, cost_of, model_info
+from .errors import ConfigurationError
 from .events import BudgetKind
 from .messages import Message, ToolCallPart
-from .providers._types import ModelRequest, ToolSpec, Usage
 
 __all__ = [
     "Budget",
@@ -87,11 +88,11 @@ class Limits:
         ):
             value = getattr(self, name)
             if value is not None and value < 0:
-                raise ValueError(f"Limits.{name} must be >= 0, got {value!r}")
+                raise ConfigurationError(f"Limits.{name} must be >= 0, got {value!r}")
         if not 0 < self.warn_at <= 1:
-            raise ValueError(f"Limits.warn_at must be in (0, 1], got {self.warn_at!r}")
+            raise ConfigurationError(f"Limits.warn_at must be in (0, 1], got {self.warn_at!r}")
         if self.stall_threshold < 2:
-            raise ValueError("Limits.stall_threshold must be >= 2")
+            raise ConfigurationError("Limits.stall_threshold must be >= 2")
 
 
 # -- estimating a request's input tokens -----------------------------------------------------

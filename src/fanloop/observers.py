@@ -31,9 +31,9 @@ from .events import BudgetKind
 from .messages import ToolCallPart, ToolResultPart
 
 if TYPE_CHECKING:
+    from ._model_types import ModelRequest, ModelResponse, Usage
     from ._result import TerminationReason
     from .limits import Limits
-    from .providers._types import ModelRequest, ModelResponse, Usage
 
 __all__ = [
     "ConsoleObserver",

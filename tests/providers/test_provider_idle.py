@@ -31,11 +31,11 @@ from fanloop.providers._idle import _Stream
 from fanloop.providers.anthropic import AnthropicProvider
 from fanloop.providers.openai import OpenAIProvider
 from fanloop.testing import reply
-from fanloop.testing._server import (
-    _anthropic_events,
-    _anthropic_message,
-    _openai_chunks,
-    _openai_completion,
+from fanloop.testing._render import (
+    anthropic_events,
+    anthropic_message,
+    openai_chunks,
+    openai_completion,
 )
 
 ROUNDS = 20
@@ -57,11 +57,11 @@ def render(api: str, text: str, *, streaming: bool) -> bytes:
     """A complete HTTP response carrying ``text`` as the model's answer."""
     turn = reply(text)
     if streaming:
-        events = _anthropic_events if api == "anthropic" else _openai_chunks
+        events = anthropic_events if api == "anthropic" else openai_chunks
         body = b"".join(events(turn, "m", "req_1", 100).frames)
         kind = b"text/event-stream"
     else:
-        message = _anthropic_message if api == "anthropic" else _openai_completion
+        message = anthropic_message if api == "anthropic" else openai_completion
         body = json.dumps(message(turn, "m", "req_1")).encode()
         kind = b"application/json"
     head = b"HTTP/1.1 200 OK\r\ncontent-type: %s\r\ncontent-length: %d\r\n\r\n"

@@ -233,7 +233,7 @@ def build_app(
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
-    from .. import __version__
+    from .._version import __version__
 
     files = {name: _static(name) for name in _STATIC}
     endpoints = _protocol_apps(agent, store)

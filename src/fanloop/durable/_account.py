@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
+from .._model_types import Usage
 from ..catalog import cost_of
 from ..errors import ConfigurationError
 from ..limits import MAX_REPORTED_TOKENS, Budget, Denial, InputEstimate, Limits, Reservation
-from ..providers._types import Usage
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection

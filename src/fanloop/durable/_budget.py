@@ -23,9 +23,9 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._model_types import Usage
 from ..catalog import cost_of
 from ..limits import Budget, Denial, InputEstimate, Limits, Reservation
-from ..providers._types import Usage
 from ._account import SHARED, Account, Grant, account_database
 from ._dbos import dbos, step, system_database_url
 

@@ -12,11 +12,11 @@ import typing
 from typing import Any
 
 from .. import errors
+from .._model_types import ModelResponse, Usage
 from .._result import RunResult
 from ..errors import FanloopError, ProviderError
 from ..events import Event, RunFinished
 from ..messages import Message, ToolCallPart, ToolResultPart
-from ..providers._types import ModelResponse, Usage
 
 __all__ = [
     "RemoteError",

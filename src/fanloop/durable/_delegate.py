@@ -27,9 +27,9 @@ import anyio
 
 from .._delegate import DelegateTool, _outcome
 from .._fanout import MAX_ERROR_CHARS, clip
+from .._model_types import Usage
 from ..errors import ProviderError
 from ..limits import Limits
-from ..providers._types import Usage
 from ..tools.base import Tool, ToolResult, current_context
 from ._budget import durable_budget, shared_limits
 from ._codec import dump_prompt, load_run_output

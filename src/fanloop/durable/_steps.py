@@ -38,10 +38,10 @@ from .._approvals import DEFER
 from .._fanout import DEFER_IN_SUBAGENT, MAX_ERROR_CHARS, _takes_call, clip
 from .._log import logger
 from .._model import Progress, _as_provider_error, make_invoker
+from .._model_types import ModelRequest, ModelResponse
 from ..errors import ModelRetry, ToolError
 from ..limits import clean_usage
 from ..messages import ToolCallPart
-from ..providers._types import ModelRequest, ModelResponse
 from ..tools.base import Tool, ToolResult, to_result
 from ._account import LEASE, Account
 from ._codec import RemoteError, error_from_dict, error_to_dict

@@ -37,9 +37,10 @@ import anyio
 import anyio.lowlevel
 
 from .._log import logger
+from .._model_types import ModelRequest, ModelResponse
 from ..errors import ConfigurationError, ProviderConnectionError, ProviderError, RateLimited
 from ..events import PacingCapped, PacingReason, PacingUnavailable, PacingWait
-from ..providers._types import ModelRequest, ModelResponse
+from ..limits import clean_usage, estimate_input
 
 __all__ = [
     "MAX_NOTICE",
@@ -265,7 +266,6 @@ class Pacer:
         0 when no token budget is set."""
         if not self.token_interval:
             return 0
-        from ..limits import estimate_input
 
         return estimate_input(request).tokens + max(int(request.max_tokens or 0), 0)
 
@@ -365,7 +365,6 @@ class Pacer:
 
 def usage_of(response: Any) -> int:
     """The tokens a response really used (input, cached input and output), from its usage."""
-    from ..limits import clean_usage
 
     usage = clean_usage(getattr(response, "usage", None))  # type: ignore[arg-type]
     return usage.total_input_tokens + usage.output_tokens

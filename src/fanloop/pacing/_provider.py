@@ -10,9 +10,10 @@ from typing import Any
 
 import anyio
 
+from .._model_types import ModelRequest, ModelResponse
+from ..errors import ConfigurationError, ResponseInvalid
 from ..events import CitationAdded, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallStarted
 from ..messages import TextPart, ThinkingPart, ToolCallPart
-from ..providers._types import ModelRequest, ModelResponse
 from ._gate import PacedStream, Pacer
 
 __all__ = ["PacedProvider", "paced"]
@@ -42,8 +43,6 @@ class PacedProvider:
 
     def __init__(self, inner: Any, pacing: Pacer) -> None:
         if not isinstance(pacing, Pacer):
-            from ..errors import ConfigurationError
-
             raise ConfigurationError(f"pacing= takes a Pacing or RedisPacing, not {pacing!r}")
         self.inner = inner
         self.pacing = pacing
@@ -75,8 +74,6 @@ class PacedProvider:
             if inspect.isawaitable(response):
                 response = await response
         if not isinstance(response, ModelResponse):
-            from ..errors import ResponseInvalid
-
             raise ResponseInvalid(
                 f"the provider returned {type(response).__name__}, not a ModelResponse",
                 provider=self.name,

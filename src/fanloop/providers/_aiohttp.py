@@ -33,7 +33,7 @@ import aiohttp
 import httpx2
 from yarl import URL
 
-from ._http import connect_reason
+from ._connect import connect_reason
 from ._idle_aiohttp import GuardedConnector, unsent
 from ._wire import ResponseTooLarge, content_codings
 

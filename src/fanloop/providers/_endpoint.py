@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx2
 
-from .. import __version__
+from .._version import __version__
 from ..errors import ConfigurationError
 from ._http import (
     DEFAULT_TIMEOUT,

@@ -69,6 +69,7 @@ from ..errors import (
     error_for_status,
 )
 from ..events import StreamDelta
+from ._connect import clip, connect_reason
 from ._sse import DEFAULT_MAX_FRAME_BYTES, SSEDecoder
 from ._types import ModelRequest, ModelResponse
 from ._wire import ResponseTooLarge, content_codings, loads, short
@@ -231,7 +232,9 @@ def resolve_transport(transport: Transport = "auto") -> Literal["aiohttp", "http
             return forced  # type: ignore[return-value]
         return "aiohttp" if _aiohttp_usable() else "httpx"
     if transport not in ("aiohttp", "httpx"):
-        raise ValueError(f"transport must be 'auto', 'aiohttp' or 'httpx', not {transport!r}")
+        raise ConfigurationError(
+            f"transport must be 'auto', 'aiohttp' or 'httpx', not {transport!r}"
+        )
     return transport
 
 
@@ -386,7 +389,7 @@ def _request_id(headers: Mapping[str, str]) -> str | None:
 
 
 def _clip(text: str, limit: int = MAX_ERROR_MESSAGE_CHARS) -> str:
-    return text if len(text) <= limit else f"{text[:limit]}… [{len(text) - limit:,} more chars]"
+    return clip(text, limit)
 
 
 def _error_object(body: Any) -> dict[str, Any]:
@@ -516,43 +519,6 @@ def _target(exc: BaseException) -> str:
     port = url.port or (443 if url.scheme == "https" else 80)
     host = f"[{url.host}]" if ":" in url.host else url.host
     return f"{host}:{port}"
-
-
-def _is_cert_error(error: BaseException) -> bool:
-    return (
-        isinstance(error, ssl.SSLCertVerificationError)
-        or "certificate" in type(error).__name__.lower()
-    )
-
-
-def connect_reason(exc: BaseException) -> str:
-    """Why a connection could not be made, in a few words, from ``exc`` and its causes."""
-    chain: list[BaseException] = []
-    seen: BaseException | None = exc
-    while seen is not None and len(chain) < 16 and seen not in chain:
-        chain.append(seen)
-        seen = seen.__cause__ or seen.__context__
-    for error in chain:
-        if isinstance(error, ssl.SSLError):  # attributes may be missing on a subclass
-            kind = "certificate not accepted" if _is_cert_error(error) else "failed"
-            detail = getattr(error, "verify_message", None) or getattr(error, "reason", None)
-            return _clip(f"TLS {kind}: {detail or error}", 200)
-    import socket
-
-    for error in chain:
-        if isinstance(error, socket.gaierror):
-            return "the host name cannot be resolved"
-    for error in chain:
-        if isinstance(error, TimeoutError | httpx2.TimeoutException):
-            return "timed out"
-    for error in chain:
-        if isinstance(error, OSError) and isinstance(error.errno, int) and error.errno > 0:
-            return os.strerror(error.errno).lower()
-    text = str(exc) or type(exc).__name__
-    if text.startswith("[Errno "):  # "[Errno 111] Connection refused"
-        text = text.partition("] ")[2] or text
-        text = text[:1].lower() + text[1:]
-    return _clip(text, 200)
 
 
 _MALFORMED = (ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError)

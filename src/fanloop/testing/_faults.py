@@ -26,8 +26,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..providers._types import ModelResponse
-from . import _responses
+from .._model_types import ModelResponse
+from . import _render, _responses
 from ._script import reply
 
 if TYPE_CHECKING:
@@ -261,7 +261,7 @@ class Hostile:
         """Play ``turn`` (by default one tool call, ``get_weather``) with every tool-call id
         left out, as some OpenAI-compatible servers do."""
         if turn is None:
-            from ._script import call
+            from ._script import call  # (a loop below names its variable ``call``)
 
             turn = reply(tool_calls=[call("get_weather", city="Paris")])
 
@@ -370,26 +370,22 @@ def render_stream(
     api: str, response: ModelResponse, model: str, request_id: str, size: int
 ) -> list[bytes]:
     """The frames of ``response`` streamed on ``api``, deltas of ``size`` characters."""
-    from . import _server as s
-
     if api == "anthropic":
-        return s._anthropic_events(response, model, request_id, size).frames
+        return _render.anthropic_events(response, model, request_id, size).frames
     if api == "responses":
-        frames = s._Frames()
+        frames = _render.Frames()
         _responses.response_events(frames, response, model, request_id, {}, size)
         return frames.frames
-    return s._openai_chunks(response, model, request_id, size).frames
+    return _render.openai_chunks(response, model, request_id, size).frames
 
 
 def render_body(api: str, response: ModelResponse, model: str, request_id: str) -> dict[str, Any]:
     """The JSON body of ``response`` on ``api``, not streamed."""
-    from . import _server as s
-
     if api == "anthropic":
-        return s._anthropic_message(response, model, request_id)
+        return _render.anthropic_message(response, model, request_id)
     if api == "responses":
         return _responses.response_object(response, model, request_id, {})
-    return s._openai_completion(response, model, request_id)
+    return _render.openai_completion(response, model, request_id)
 
 
 # -- playing --------------------------------------------------------------------------------
@@ -528,8 +524,6 @@ def _flood(
 
 def _many_calls(api: str, model: str, request_id: str, count: int, stream: bool) -> Iterator[bytes]:
     """A turn of ``count`` tool calls, rendered without building ``count`` parts."""
-    from . import _server as s
-
     if api == "anthropic":
         if not stream:
             blocks = (
@@ -548,20 +542,20 @@ def _many_calls(api: str, model: str, request_id: str, count: int, stream: bool)
             }
             yield from _json_with_list(message, blocks)
             return
-        frames = s._anthropic_events(reply("go"), model, request_id, 12).frames
+        frames = _render.anthropic_events(reply("go"), model, request_id, 12).frames
         yield frames[0]  # message_start
         for i in range(count):
             block = {"type": "tool_use", "id": f"toolu_{i}", "name": "noop", "input": {}}
-            yield s._sse(
+            yield _render.sse(
                 "content_block_start",
                 {"type": "content_block_start", "index": i, "content_block": block},
             )
-            yield s._sse("content_block_stop", {"type": "content_block_stop", "index": i})
-        yield s._sse(
+            yield _render.sse("content_block_stop", {"type": "content_block_stop", "index": i})
+        yield _render.sse(
             "message_delta",
             {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {}},
         )
-        yield s._sse("message_stop", {"type": "message_stop"})
+        yield _render.sse("message_stop", {"type": "message_stop"})
         return
     if api == "responses":
         yield from _many_function_calls(model, request_id, count, stream)
@@ -591,7 +585,6 @@ def _many_calls(api: str, model: str, request_id: str, count: int, stream: bool)
 
 def _many_function_calls(model: str, request_id: str, count: int, stream: bool) -> Iterator[bytes]:
     """The Responses API's turn of ``count`` function calls."""
-    from . import _server as s
 
     def items() -> Iterator[dict[str, Any]]:
         for i in range(count):
@@ -604,10 +597,10 @@ def _many_function_calls(model: str, request_id: str, count: int, stream: bool) 
         yield from _json_with_list(final, items())
         return
     start = {**final, "status": "in_progress", "output": [], "usage": None}
-    yield s._sse("response.created", {"type": "response.created", "response": start})
+    yield _render.sse("response.created", {"type": "response.created", "response": start})
     for i, item in enumerate(items()):
         for kind in ("response.output_item.added", "response.output_item.done"):
-            yield s._sse(kind, {"type": kind, "output_index": i, "item": item})
+            yield _render.sse(kind, {"type": kind, "output_index": i, "item": item})
     yield b"event: response.completed\ndata: "
     yield from _json_with_list({"type": "response.completed", "response": final}, items())
     yield b"\n\n"

@@ -19,8 +19,8 @@ import json
 import time
 from typing import Any
 
+from .._model_types import ModelResponse, StopReason, Usage
 from ..messages import INVALID_ARGUMENTS_KEY, TextPart, ThinkingPart, ToolCallPart
-from ..providers._types import ModelResponse, StopReason, Usage
 from ._citations import responses_annotation
 
 __all__ = ["error_frame", "response_events", "response_object"]

@@ -6,8 +6,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from .._model_types import ModelResponse, StopReason, Usage
 from ..messages import Citation, Part, TextPart, ThinkingPart, ToolCallPart
-from ..providers._types import ModelResponse, StopReason, Usage
 
 __all__ = ["Fault", "call", "reply"]
 

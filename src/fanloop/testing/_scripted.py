@@ -11,6 +11,7 @@ from typing import Any, TypeAlias
 
 import anyio
 
+from .._model_types import ModelRequest, ModelResponse
 from .._output import FINAL_TOOL
 from ..errors import ScriptExhausted
 from ..events import (
@@ -22,7 +23,6 @@ from ..events import (
     ToolCallStarted,
 )
 from ..messages import TextPart, ThinkingPart, ToolCallPart
-from ..providers._types import ModelRequest, ModelResponse
 from ._typed import typed_answer
 
 __all__ = ["ScriptedProvider", "Turn"]

@@ -6,8 +6,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from .._model_types import ModelRequest, ModelResponse
 from ..messages import ToolCallPart, ToolResultPart
-from ..providers._types import ModelRequest, ModelResponse
 from ._examples import example_value
 from ._script import call, reply
 from ._scripted import ScriptedProvider

@@ -22,9 +22,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .._model_types import ModelResponse, StopReason
 from .._output import FINAL_TOOL
 from ..messages import TextPart, ThinkingPart, ToolCallPart
-from ..providers._types import ModelResponse, StopReason
 from ._script import call
 
 __all__ = ["typed_answer"]

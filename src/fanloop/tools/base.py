@@ -38,9 +38,9 @@ import pydantic
 import pydantic_core
 
 from .._log import logger
+from .._model_types import ToolSpec
 from ..errors import ConfigurationError, ToolError
 from ..messages import DocumentPart, ImagePart, TextPart, check_result_parts
-from ..providers._types import ToolSpec
 
 if TYPE_CHECKING:
     from ..messages import ToolCallPart

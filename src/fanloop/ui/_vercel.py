@@ -44,8 +44,9 @@ from typing import Any, Final, Literal
 
 from .._approvals import PendingApproval
 from .._log import logger
+from .._model_types import Usage
 from .._result import RunResult, TerminationReason
-from ..errors import ApprovalError, FanloopError, RequestInvalid
+from ..errors import ApprovalError, ConfigurationError, FanloopError, RequestInvalid
 from ..events import (
     ApprovalResolved,
     Event,
@@ -63,7 +64,6 @@ from ..events import (
     ToolStarted,
 )
 from ..messages import Message, TextPart, ToolCallPart
-from ..providers._types import Usage
 from ..sessions import SessionStore
 from ._core import (
     Bridge,
@@ -705,7 +705,7 @@ class VercelAIApp:
         deps: Callable[[Any], Any] | None = None,
     ) -> None:
         if version not in (5, 6):
-            raise ValueError("version must be 5 or 6")
+            raise ConfigurationError("version must be 5 or 6")
         self.version: Version = version
         self.max_request_bytes = max_request_bytes
         self.bridge = Bridge(agent, store=store, ask_browser=ask_browser, buffer=buffer, deps=deps)
