@@ -36,6 +36,14 @@ from ..sessions import (
     SQLiteStore,
     pending_approvals,
 )
+from ._exits import (
+    EXIT_AWAITING,
+    EXIT_CONFIG,
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    CommandError,
+)
+from ._mcp import open_mcp as open_servers
 from ._prompt import ApproveMode, Approver, LineReader, stdin_reader
 from ._render import (
     EventObserver,
@@ -75,25 +83,12 @@ __all__ = [
     "store_target",
 ]
 
-EXIT_ERROR = 1
-EXIT_CONFIG = 2
-EXIT_AWAITING = 3
-"""The run stopped to wait for a person: ``fanloop sessions approve`` goes on with it."""
-EXIT_INTERRUPTED = 130
 
 SYSTEM_PROMPT = (
     "You are fanloop, a capable assistant working in the directory {root}. Use the tools to "
     "look things up and to act; several independent tool calls in one turn run in parallel. "
     "Be concise."
 )
-
-
-class CommandError(Exception):
-    """An expected failure: printed as one line on stderr, no traceback."""
-
-    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def session_db(root: str | None) -> Path:
@@ -623,7 +618,6 @@ def _needs_resume(session: Session) -> bool:
 
 async def open_mcp(args: argparse.Namespace, stack: AsyncExitStack) -> list[Any]:
     """The tools of the ``--mcp`` servers, open until ``stack`` closes (see ``_mcp.py``)."""
-    from ._mcp import open_mcp as open_servers
 
     return await open_servers(args, stack)
 

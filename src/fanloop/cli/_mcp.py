@@ -11,7 +11,7 @@ import shlex
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
-from ._app import EXIT_CONFIG, CommandError
+from ._exits import EXIT_CONFIG, CommandError
 
 if TYPE_CHECKING:
     from ..tools import Tool
