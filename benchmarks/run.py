@@ -317,11 +317,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
     parser.add_argument("--output", default="latest.md", help="file under benchmarks/results")
+    parser.add_argument(
+        "--sizes",
+        default="100,1000,10000",
+        help="concurrent runs per batch (SDK-direct at 10,000 takes minutes a batch)",
+    )
     args = parser.parse_args()
     quick = args.quick
     turns, repeats = (3, 1) if quick else (50, 5)
-    sizes = [20] if quick else [100, 1000, 10000]
-    baseline_sizes = {20} if quick else {100, 1000, 10000}
+    sizes = [20] if quick else [int(n) for n in args.sizes.split(",")]
+    baseline_sizes = set(sizes)
     rows: list[Row] = []
     started = time.perf_counter()
 
@@ -352,7 +357,8 @@ def main() -> None:
     text = table(rows)
     header = (
         "# fanloop benchmarks\n\n"
-        f"`python benchmarks/run.py{' --quick' if quick else ''}`, Python "
+        f"`python benchmarks/run.py{' --quick' if quick else ''}"
+        f"{'' if quick or args.sizes == '100,1000,10000' else ' --sizes ' + args.sizes}`, Python "
         f"{sys.version.split()[0]}, {time.strftime('%Y-%m-%d %H:%M')}. Ratio = fanloop / "
         "baseline (SDK-direct unless the row says otherwise), measured in the same run.\n\n"
     )
