@@ -32,8 +32,9 @@ def chart(rows: list[Row], title: str) -> str:
         f'viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="11">',
         f'<rect width="{WIDTH}" height="{height}" fill="white"/>',
         f'<text x="10" y="20" font-size="14" font-weight="bold">{html.escape(title)}</text>',
-        '<text x="10" y="36" fill="#555">fanloop / baseline, same run (log scale; left of the '
-        "1× line is faster or smaller than the baseline). Green: target met; red: missed.</text>",
+        '<text x="10" y="36" fill="#555">fanloop / baseline, same run, log scale. Left of the '
+        "1× line: fanloop is below the baseline (faster for times; fewer for runs/s and "
+        "events/s). Green: target met; red: missed.</text>",
     ]
     for tick in (0.125, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64):
         x = _x(tick)
