@@ -136,7 +136,7 @@ async def test_an_agent_closes_only_the_provider_it_made(
 
 
 def test_run_sync_keeps_a_real_providers_pool_usable_between_calls() -> None:
-    """Seed 004's script shape: ``with Agent.from_env(environ, ...) as agent: agent.run_sync``."""
+    """A script's shape (docs/providers.md): ``with Agent.from_env(...) as agent: run_sync``."""
     from fanloop.testing import FakeLLMServer
 
     with FakeLLMServer() as server:

@@ -1,4 +1,4 @@
-"""Seed 001's loop bookkeeping: a monotone step id on every model request (events, logs,
+"""The loop's bookkeeping (docs/loop.md): a monotone step id on every model request (events, logs,
 spans), a turn-completed event at each round's end, a context-critical event before compaction."""
 
 from __future__ import annotations

@@ -135,7 +135,7 @@ def test_resolve_provider_rejects(spec: str) -> None:
     ],
 )
 def test_each_vendor_has_a_default_model(vendor: str, key: str, model: str) -> None:
-    """Seed 004's own example sets the vendor and the key, and no model."""
+    """The from_env example in docs/providers.md sets the vendor and the key, and no model."""
     assert from_env({"LLM_PROVIDER": vendor, key: "sk-test"}).model == model
 
 
