@@ -16,7 +16,7 @@ from ._log import logger
 from .events import Event
 from .observers import GuardedObserver, Hooks, LoopObserver, MultiObserver, NullObserver
 
-__all__ = ["Emitter", "Handler", "build_table"]
+__all__ = ["DELTA_KINDS", "Emitter", "Handler", "build_table"]
 
 Handler = Callable[[Any], Any]
 Table = dict[str, tuple[Handler, ...]]
@@ -132,7 +132,7 @@ def build_table(observer: LoopObserver | None, hooks: Hooks | None) -> Table:
     return {kind: tuple(handlers) for kind, handlers in table.items()}
 
 
-_DELTA_KINDS = (
+DELTA_KINDS = (
     "text_delta",
     "thinking_delta",
     "tool_call_started",
@@ -172,7 +172,7 @@ class Emitter:
         self._send = send
         self.parent = parent
         self._everything = send is not None or parent is not None or "*" in table
-        self.wants_deltas = self._everything or any(k in table for k in _DELTA_KINDS)
+        self.wants_deltas = self._everything or any(k in table for k in DELTA_KINDS)
 
     def wants(self, kind: str) -> bool:
         """Whether anything at all consumes events of ``kind`` (skip making unwanted ones)."""

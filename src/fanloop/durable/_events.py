@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import anyio
 
+from .._dispatch import DELTA_KINDS
 from ..events import _Event
 from ..observers import NullObserver
 from ._codec import decode_event, dump_run_output, register_event_class
@@ -52,17 +53,9 @@ DONE_WAIT = 5.0
 """Seconds of one wait for the ``done`` event before the run's status is checked."""
 
 NOT_STREAMED = frozenset({"request_started"})
-DELTAS = frozenset(
-    {
-        "text_delta",
-        "thinking_delta",
-        "tool_call_started",
-        "tool_call_delta",
-        "citation_added",
-        "hosted_tool_progress",
-        "output_partial",
-    }
-)
+DELTAS = frozenset({*DELTA_KINDS, "output_partial"})
+"""Events made while a model call streams: what a provider yields, and the partial typed
+answer the loop makes from it."""
 SETTLED_BY = frozenset({"response_completed", "retry_scheduled", "model_failed"})
 """Events after which the deltas before them are settled (kept or already discarded)."""
 
