@@ -51,6 +51,7 @@ from ..sessions import (
     session_spend,
     set_session_budget,
 )
+from ..ui._core import send_body
 from ._app import (
     EXIT_CONFIG,
     SYSTEM_PROMPT,
@@ -473,18 +474,7 @@ def _hostname(host: str) -> str:
 
 
 async def _plain(send: Any, status: int, text: str) -> None:
-    body = text.encode() + b"\n"
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"text/plain; charset=utf-8"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    await send_body(send, status, text.encode() + b"\n", b"text/plain; charset=utf-8")
 
 
 async def _set_cookie_and_reload(send: Any, token: str) -> None:

@@ -77,6 +77,7 @@ __all__ = [
     "media_part",
     "parse_off_loop",
     "read_body",
+    "send_body",
     "send_json",
     "serve_sse",
     "sse_frame",
@@ -494,18 +495,27 @@ async def send_json(
     send: Callable[[dict[str, Any]], Awaitable[None]], status: int, body: Any
 ) -> None:
     """A plain JSON response (for requests refused before a stream starts)."""
-    data = json.dumps(body).encode()
+    await send_body(send, status, json.dumps(body).encode(), b"application/json")
+
+
+async def send_body(
+    send: Callable[[dict[str, Any]], Awaitable[None]],
+    status: int,
+    body: bytes,
+    content_type: bytes,
+) -> None:
+    """A whole response in one piece, with its length."""
     await send(
         {
             "type": "http.response.start",
             "status": status,
             "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(data)).encode()),
+                (b"content-type", content_type),
+                (b"content-length", str(len(body)).encode()),
             ],
         }
     )
-    await send({"type": "http.response.body", "body": data})
+    await send({"type": "http.response.body", "body": body})
 
 
 SSE_HEADERS: Final = (
