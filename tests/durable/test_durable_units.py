@@ -202,3 +202,25 @@ def test_prompts_round_trip() -> None:
     assert load_prompt(dump_prompt(message)) == message
     parts = [TextPart(text="a"), TextPart(text="b")]
     assert load_prompt(dump_prompt(parts)) == Message(role="user", content=tuple(parts))
+
+
+def test_every_event_a_provider_streams_is_a_delta_of_its_model_call() -> None:
+    # Deltas carry no key: they belong to the model call that streamed them, and are kept or
+    # discarded with it on recovery. Citations and hosted-tool progress are streamed too.
+    from fanloop._dispatch import DELTA_KINDS
+    from fanloop.durable._events import EventSink
+    from fanloop.events import CitationAdded, HostedToolProgress
+    from fanloop.messages import Citation
+
+    sink = EventSink(("agent",))
+    streamed = [
+        TextDelta("a"),
+        CitationAdded(Citation(type="url_citation", url="https://example.com"), 0),
+        HostedToolProgress("web_search", "ws_1", "searching", {}),
+        ToolCallStarted("c1", "add", 1),
+    ]
+    assert {e.kind for e in streamed} <= set(DELTA_KINDS)
+    for event in streamed:
+        sink.on_event(event)
+    assert [d["kind"] for d in sink._queue] == [e.kind for e in streamed]
+    assert all("key" not in d for d in sink._queue)
