@@ -10,7 +10,17 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from fanloop import Agent, Delegation, Hooks, Limits, ModelSettings, NullObserver, RetryPolicy
+from fanloop import (
+    Agent,
+    Delegation,
+    GuardrailResult,
+    Hooks,
+    Limits,
+    ModelSettings,
+    NullObserver,
+    RetryPolicy,
+    input_guardrail,
+)
 from fanloop._fanout import LimiterPool
 from fanloop.providers import HostedTool
 from fanloop.testing import ScriptedProvider
@@ -37,6 +47,11 @@ def check_answer(output: Answer) -> Answer:
 
 def confirm(name: str, preview: str) -> bool:
     return True
+
+
+@input_guardrail
+def polite(ctx: Any, prompt: str) -> GuardrailResult:
+    return GuardrailResult(tripped=False)
 
 
 def parameters() -> list[str]:
@@ -84,6 +99,7 @@ def every_option(tmp_path: Path) -> dict[str, Any]:
         "output_retries": 3,
         "output_validators": [check_answer],
         "output_mode": "tool",
+        "guardrails": [polite],
         "client": provider,
         "_limiters": LimiterPool(threads=8),
     }

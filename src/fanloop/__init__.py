@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any
 from ._agent import Agent
 from ._approvals import DEFER, PendingApproval
 from ._gather import gather
-from ._result import RunResult, TerminationReason
+from ._guardrails import (
+    GuardrailResult,
+    InputGuardrail,
+    OutputGuardrail,
+    input_guardrail,
+    output_guardrail,
+)
+from ._result import GuardrailTrip, RunResult, TerminationReason
 from ._retry import RetryPolicy
 from ._settings import ModelSettings
 from ._version import __version__ as __version__
@@ -64,12 +71,16 @@ __all__ = [
     "DEFER",
     "Delegation",
     "GuardedObserver",
+    "GuardrailResult",
+    "GuardrailTrip",
     "Hooks",
+    "InputGuardrail",
     "Limits",
     "LoopObserver",
     "ModelSettings",
     "MultiObserver",
     "NullObserver",
+    "OutputGuardrail",
     "PendingApproval",
     "RetryPolicy",
     "RunContext",
@@ -80,5 +91,7 @@ __all__ = [
     "ToolResult",
     "gather",
     "guarded",
+    "input_guardrail",
+    "output_guardrail",
     "tool",
 ]

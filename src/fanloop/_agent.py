@@ -16,6 +16,7 @@ from typing_extensions import TypeVar
 from ._approvals import check_answer_types, check_answers, check_no_pending
 from ._dispatch import Emitter, build_table
 from ._fanout import LimiterPool
+from ._guardrails import Guardrail, Guardrails, InputGuardrail, OutputGuardrail
 from ._log import bind, logger, unbind
 from ._loop import run_loop
 from ._migrants import AGENT_NAMES, RUN_NAMES, refuse_migrant_names
@@ -132,11 +133,16 @@ class Agent(Generic[DepsT, OutputT]):
             corrected value.
         output_mode: ``"auto"`` (the provider's native structured output where it has one,
             else a ``final_result`` tool), ``"tool"`` or ``"native"``.
+        guardrails: checks of each run's prompt (:func:`~fanloop.input_guardrail`, run
+            alongside the first model call) and of its final answer
+            (:func:`~fanloop.output_guardrail`); one that trips ends the run with
+            ``guardrail_tripped`` (docs/guardrails.md).
     """
 
     __slots__ = (
         "_caps",
         "_confirm_arg",
+        "_guard",
         "_invoke",
         "_options",
         "_owns_provider",
@@ -148,6 +154,7 @@ class Agent(Generic[DepsT, OutputT]):
         "confirm",
         "context_window",
         "delegation",
+        "guardrails",
         "hooks",
         "hosted_tools",
         "limiters",
@@ -219,6 +226,8 @@ class Agent(Generic[DepsT, OutputT]):
     _caps: dict[str, tuple[tuple[str, int], ...]]
     _owns_provider: bool
     _table: dict[str, tuple[Any, ...]]
+    guardrails: tuple[Guardrail, ...]
+    _guard: Guardrails | None
 
     @refuse_migrant_names(AGENT_NAMES)
     def __init__(
@@ -257,6 +266,7 @@ class Agent(Generic[DepsT, OutputT]):
         output_retries: int = 1,
         output_validators: Iterable[OutputValidator] = (),
         output_mode: OutputMode = "auto",
+        guardrails: Iterable[InputGuardrail | OutputGuardrail] = (),
         client: Provider | None = None,
         _limiters: LimiterPool | None = None,
     ) -> None:
@@ -350,6 +360,9 @@ class Agent(Generic[DepsT, OutputT]):
         set_("output", spec)
         set_("native_output", native)
         set_("output_format", _output_format(spec) if native else None)
+        given_guardrails, guard = Guardrails.build(guardrails)
+        set_("guardrails", given_guardrails)
+        set_("_guard", guard)
 
         all_tools = list(own_tools)
         if not spec.is_text and not native:
@@ -411,6 +424,7 @@ class Agent(Generic[DepsT, OutputT]):
             tools=own_tools,
             hosted_tools=hosted,
             output_validators=output_validators,
+            guardrails=given_guardrails,
             delegate_tools=delegate_tools,
             tool_concurrency=_frozen(tool_concurrency),
             concurrency_limits=_frozen(concurrency_limits),
@@ -890,11 +904,12 @@ class Agent(Generic[DepsT, OutputT]):
 
     async def _loop(self, run: RunState, *, deadline: bool) -> RunResult[Any]:
         timeout = self.limits.timeout
+        loop = run_loop if self._guard is None else self._guard.run  # guardrails around it
         if not deadline or timeout is None:
-            return await run_loop(run)
+            return await loop(run)
         result: RunResult | None = None
         with anyio.CancelScope(deadline=run.set_deadline(timeout)):
-            result = await run_loop(run)
+            result = await loop(run)
         if result is None:
             return run.result(
                 TerminationReason.DEADLINE, detail=f"the run passed its {timeout:g} s deadline"

@@ -47,6 +47,7 @@ _OBSERVER_MAP: dict[str, tuple[str, Callable[[Any], tuple[Any, ...]]]] = {
     "stall_detected": ("on_stall", lambda e: (e.tool_name, e.count)),
     "model_failed": ("on_model_error", lambda e: (e.error,)),
     "text_delta": ("on_text_delta", lambda e: (e.text,)),
+    "guardrail_tripped": ("on_guardrail_tripped", lambda e: (e.trip,)),
 }
 
 _HOOK_MAP: dict[str, tuple[str, Callable[[Any], tuple[Any, ...]]]] = {
@@ -63,6 +64,7 @@ _HOOK_MAP: dict[str, tuple[str, Callable[[Any], tuple[Any, ...]]]] = {
     "compaction_finished": ("on_compact_end", lambda e: (e.before_count, e.after_count)),
     "retry_scheduled": ("on_retry", lambda e: (e.attempt, e.delay, e.error)),
     "message_appended": ("on_message", lambda e: ()),
+    "guardrail_tripped": ("on_guardrail_tripped", lambda e: (e.trip,)),
 }
 
 

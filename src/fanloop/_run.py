@@ -58,6 +58,7 @@ class RunState:
         "depth",
         "emitter",
         "ending",
+        "gate",
         "max_tokens",
         "messages",
         "new_message_index",
@@ -126,6 +127,9 @@ class RunState:
         self.claim: Claim | None = None  # this run's hold on a parked batch it resumed
         self.output: Any = _NO_OUTPUT  # the validated typed answer, once there is one
         self.output_failures = 0
+        # Set while input guardrails still check the prompt: no tool call starts before it is
+        # (see _guardrails and docs/guardrails.md).
+        self.gate: anyio.Event | None = None
 
     @property
     def elapsed(self) -> float:

@@ -23,7 +23,7 @@ from .messages import Citation, Message, ToolCallPart, ToolResultPart
 
 if TYPE_CHECKING:
     from ._model_types import ModelRequest, ModelResponse, Usage
-    from ._result import RunResult
+    from ._result import GuardrailTrip, RunResult
 
 __all__ = [
     "ApprovalRequested",
@@ -36,6 +36,7 @@ __all__ = [
     "ContextCritical",
     "ContextUsage",
     "Event",
+    "GuardrailTripped",
     "HostedToolProgress",
     "MessageAppended",
     "ModelFailed",
@@ -403,6 +404,17 @@ class PacingCapped(_Event):
     detail: str
 
 
+# -- guardrails -------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class GuardrailTripped(_Event):
+    """A guardrail tripped: the run ends with ``guardrail_tripped`` (docs/guardrails.md)."""
+
+    kind: ClassVar[Literal["guardrail_tripped"]] = "guardrail_tripped"
+    trip: GuardrailTrip
+
+
 # -- tools ------------------------------------------------------------------------------------
 
 
@@ -478,6 +490,7 @@ Event: TypeAlias = (
     | PacingWait
     | PacingUnavailable
     | PacingCapped
+    | GuardrailTripped
     | ApprovalRequested
     | ApprovalResolved
     | ToolStarted

@@ -32,7 +32,7 @@ from .messages import ToolCallPart, ToolResultPart
 
 if TYPE_CHECKING:
     from ._model_types import ModelRequest, ModelResponse, Usage
-    from ._result import TerminationReason
+    from ._result import GuardrailTrip, TerminationReason
     from .limits import Limits
 
 __all__ = [
@@ -54,6 +54,7 @@ OPTIONAL_CALLBACKS = (
     "on_stall",
     "on_model_error",
     "on_text_delta",
+    "on_guardrail_tripped",
 )
 REQUIRED_CALLBACKS = ("on_request", "on_response", "on_retry", "on_tool_start", "on_tool_end")
 
@@ -85,7 +86,9 @@ class ConversationSummary:
 
 @runtime_checkable
 class LoopObserver(Protocol):
-    """The observer protocol. The last six callbacks are optional at runtime."""
+    """The observer protocol. The optional callbacks (``on_conversation_start``,
+    ``on_conversation_end``, ``on_budget_warning``, ``on_stall``, ``on_model_error``,
+    ``on_text_delta``, ``on_guardrail_tripped``: see :class:`NullObserver`) may be left out."""
 
     def conversation(self) -> AbstractContextManager[None]:
         """A context covering one complete conversation; its errors propagate."""
@@ -149,6 +152,9 @@ class NullObserver:
         pass
 
     def on_text_delta(self, text: str) -> None:
+        pass
+
+    def on_guardrail_tripped(self, trip: GuardrailTrip) -> None:
         pass
 
 
@@ -292,6 +298,8 @@ class Hooks:
         on_compact_end: ``(before_count, after_count)`` when it finishes.
         on_retry: ``(attempt, delay, exc)`` before retrying a transient provider failure.
         on_message: ``()`` after every message is appended to the conversation.
+        on_guardrail_tripped: ``(trip)`` when one of the agent's guardrails trips (a
+            :class:`~fanloop.GuardrailTrip`; the run then ends with ``guardrail_tripped``).
     """
 
     on_request: Callable[[int, int], MaybeAwaitable] | None = None
@@ -305,3 +313,4 @@ class Hooks:
     on_compact_end: Callable[[int, int], MaybeAwaitable] | None = None
     on_retry: Callable[[int, float, Exception], MaybeAwaitable] | None = None
     on_message: Callable[[], MaybeAwaitable] | None = None
+    on_guardrail_tripped: Callable[[GuardrailTrip], MaybeAwaitable] | None = None
