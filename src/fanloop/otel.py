@@ -172,6 +172,18 @@ class OpenTelemetryObserver(NullObserver):
                 span.set_attribute(ERROR_TYPE, "tool_error")
                 span.set_status(Status(StatusCode.ERROR, event.result.content[:200]))
             span.end()
+        elif event.kind == "guardrail_tripped":
+            run = self._runs.get(key)
+            if run is not None:
+                trip = event.trip
+                run[0].add_event(
+                    "fanloop.guardrail_tripped",
+                    {
+                        "fanloop.guardrail.name": trip.name,
+                        "fanloop.guardrail.kind": trip.kind,
+                        "fanloop.guardrail.message": (trip.message or "")[:500],
+                    },
+                )
         elif event.kind == "run_finished":
             self._waited.pop(key, None)
             entry = self._runs.pop(key, None)
