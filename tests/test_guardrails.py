@@ -501,3 +501,18 @@ async def test_a_trip_cuts_the_http_request_off_at_the_server() -> None:
         assert len(server.requests) == 1
         assert server.aborted == [server.requests[0].request_id]
         assert result.usage.output_tokens == 0
+
+
+def test_a_trip_crosses_a_durable_event_stream_and_gets_a_cli_exit_code() -> None:
+    from fanloop.cli._app import RunOutcome, exit_code_for
+    from fanloop.durable._codec import decode_event
+
+    trip = GuardrailTrip(name="g", kind="output", message="m", info=[1, 2])
+    event = decode_event(GuardrailTripped(trip, agent_path=("agent",)).to_dict())
+    assert isinstance(event, GuardrailTripped)
+    assert event.trip == trip and event.agent_path == ("agent",)
+
+    from fanloop import RunResult
+
+    result = RunResult(termination_reason=TerminationReason.GUARDRAIL_TRIPPED, guardrail=trip)
+    assert exit_code_for(RunOutcome(result, None)) == 1  # a run that stopped early
