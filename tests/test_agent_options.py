@@ -84,6 +84,7 @@ def every_option(tmp_path: Path) -> dict[str, Any]:
         "output_retries": 3,
         "output_validators": [check_answer],
         "output_mode": "tool",
+        "handoffs": [Agent(ScriptedProvider(), name="specialist")],
         "client": provider,
         "_limiters": LimiterPool(threads=8),
     }

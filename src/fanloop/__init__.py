@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ._agent import Agent
 from ._approvals import DEFER, PendingApproval
 from ._gather import gather
+from ._handoff import Handoff, handoff
 from ._result import RunResult, TerminationReason
 from ._retry import RetryPolicy
 from ._settings import ModelSettings
@@ -64,6 +65,7 @@ __all__ = [
     "DEFER",
     "Delegation",
     "GuardedObserver",
+    "Handoff",
     "Hooks",
     "Limits",
     "LoopObserver",
@@ -80,5 +82,6 @@ __all__ = [
     "ToolResult",
     "gather",
     "guarded",
+    "handoff",
     "tool",
 ]

@@ -105,6 +105,8 @@ class RunResult(BaseModel, Generic[OutputT]):
         pending_approvals: for ``awaiting_approval``, the calls waiting for a person (call id,
             tool name, arguments, preview); answer them with
             ``agent.resume(session, approvals={call_id: True | False | "reason"})``.
+        last_agent: the name of the agent in charge when the run ended: the one it was started
+            on, or the last one a handoff gave it to (docs/handoffs.md).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -124,6 +126,7 @@ class RunResult(BaseModel, Generic[OutputT]):
     cost_usd: float | None = None
     detail: str | None = None
     pending_approvals: tuple[PendingApproval, ...] = ()
+    last_agent: str = ""
 
     def raise_if_incomplete(self) -> RunResult[OutputT]:
         """Return this result if the run completed; raise otherwise.

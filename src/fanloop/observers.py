@@ -54,6 +54,7 @@ OPTIONAL_CALLBACKS = (
     "on_stall",
     "on_model_error",
     "on_text_delta",
+    "on_handoff",
 )
 REQUIRED_CALLBACKS = ("on_request", "on_response", "on_retry", "on_tool_start", "on_tool_end")
 
@@ -150,6 +151,9 @@ class NullObserver:
 
     def on_text_delta(self, text: str) -> None:
         pass
+
+    def on_handoff(self, from_agent: str, to_agent: str) -> None:
+        """The run was handed from one agent to another (docs/handoffs.md)."""
 
 
 # An observer may also define ``on_event(event)``: it then receives every event of the run —
@@ -292,6 +296,8 @@ class Hooks:
         on_compact_end: ``(before_count, after_count)`` when it finishes.
         on_retry: ``(attempt, delay, exc)`` before retrying a transient provider failure.
         on_message: ``()`` after every message is appended to the conversation.
+        on_handoff: ``(from_agent, to_agent)`` when the run is handed to another agent
+            (docs/handoffs.md).
     """
 
     on_request: Callable[[int, int], MaybeAwaitable] | None = None
@@ -305,3 +311,4 @@ class Hooks:
     on_compact_end: Callable[[int, int], MaybeAwaitable] | None = None
     on_retry: Callable[[int, float, Exception], MaybeAwaitable] | None = None
     on_message: Callable[[], MaybeAwaitable] | None = None
+    on_handoff: Callable[[str, str], MaybeAwaitable] | None = None
