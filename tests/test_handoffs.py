@@ -488,3 +488,21 @@ async def test_a_deadline_covers_the_whole_run() -> None:
         result = await triage.run("go")
     assert result.termination_reason is TerminationReason.DEADLINE
     assert result.last_agent == "slow"
+
+
+async def test_a_browser_app_with_client_tools_keeps_the_handoffs() -> None:
+    """AG-UI rebuilds the agent with the browser's tools: the handoff tools are not given
+    twice (once as tools, once as handoffs)."""
+    from fanloop.ui import AGUIApp
+
+    _, triage, _ = make_desk()
+    app = AGUIApp(triage, ask_browser=False)
+    body = {
+        "threadId": "t",
+        "runId": "r1",
+        "messages": [{"id": "m1", "role": "user", "content": "Invoice A1?"}],
+        "tools": [{"name": "ask_user", "description": "Ask", "parameters": {"type": "object"}}],
+    }
+    events = [e async for e in app.events(body)]
+    assert events[-1]["type"] == "RUN_FINISHED"
+    assert events[-1]["result"] == "Your invoice for A1 is 40 EUR."
