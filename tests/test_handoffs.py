@@ -506,3 +506,50 @@ async def test_a_browser_app_with_client_tools_keeps_the_handoffs() -> None:
     events = [e async for e in app.events(body)]
     assert events[-1]["type"] == "RUN_FINISHED"
     assert events[-1]["result"] == "Your invoice for A1 is 40 EUR."
+
+
+async def test_the_target_uses_its_own_provider_and_model_settings() -> None:
+    front = ScriptedProvider([reply(tool_calls=[call("transfer_to_expert")])])
+    back = ScriptedProvider(["expert answer"])
+    expert = Agent(back, name="expert", system="expert", temperature=0.1, max_tokens=321)
+    triage = Agent(front, name="triage", system="triage", temperature=0.9, handoffs=[expert])
+    result = await triage.run("go")
+    assert (result.text, result.last_agent) == ("expert answer", "expert")
+    assert len(front.requests) == 1 and len(back.requests) == 1
+    (request,) = back.requests
+    assert (request.temperature, request.max_tokens, request.system) == (0.1, 321, "expert")
+
+
+async def test_a_handoff_beside_a_call_parked_for_approval_is_taken_once_the_batch_resumes() -> (
+    None
+):
+    effects: list[str] = []
+
+    @tool(dangerous=True)
+    def cancel_order(order: str) -> str:
+        """Cancel an order."""
+        effects.append(order)
+        return f"cancelled {order}"
+
+    def model(request: ModelRequest) -> Any:
+        if request.system == "triage":
+            return reply(tool_calls=[call("cancel_order", order="A1"), call("transfer_to_billing")])
+        return "billing: A1 is cancelled, no charge."
+
+    p = ScriptedProvider(model)
+    billing = Agent(p, name="billing", system="billing")
+    triage = Agent(p, name="triage", system="triage", tools=[cancel_order], handoffs=[billing],
+                   confirm=lambda name, preview: DEFER)  # fmt: skip
+    async with MemoryStore() as store:
+        session = await store.open("both")
+        parked = await triage.run("Cancel A1 and tell billing", session=session)
+        assert parked.termination_reason is TerminationReason.AWAITING_APPROVAL
+        assert parked.last_agent == "triage"
+        (pending,) = parked.pending_approvals
+        resumed = await triage.resume(session, approvals={pending.call_id: True})
+        assert resumed.termination_reason is TerminationReason.COMPLETED
+        assert (resumed.last_agent, resumed.text) == (
+            "billing",
+            "billing: A1 is cancelled, no charge.",
+        )
+        assert effects == ["A1"]
