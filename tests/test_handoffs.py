@@ -553,3 +553,10 @@ async def test_a_handoff_beside_a_call_parked_for_approval_is_taken_once_the_bat
             "billing: A1 is cancelled, no charge.",
         )
         assert effects == ["A1"]
+
+
+async def test_an_override_of_the_target_holds_when_the_run_hands_over_to_it() -> None:
+    _, triage, billing = make_desk()
+    with billing.override(provider=ScriptedProvider(["from the override"])):
+        result = await triage.run("Invoice A1?")
+    assert (result.last_agent, result.text) == ("billing", "from the override")
