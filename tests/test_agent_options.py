@@ -100,6 +100,7 @@ def every_option(tmp_path: Path) -> dict[str, Any]:
         "output_validators": [check_answer],
         "output_mode": "tool",
         "guardrails": [polite],
+        "handoffs": [Agent(ScriptedProvider(), name="specialist")],
         "client": provider,
         "_limiters": LimiterPool(threads=8),
     }

@@ -19,6 +19,7 @@ from ._guardrails import (
     input_guardrail,
     output_guardrail,
 )
+from ._handoff import Handoff, handoff
 from ._result import GuardrailTrip, RunResult, TerminationReason
 from ._retry import RetryPolicy
 from ._settings import ModelSettings
@@ -73,6 +74,7 @@ __all__ = [
     "GuardedObserver",
     "GuardrailResult",
     "GuardrailTrip",
+    "Handoff",
     "Hooks",
     "InputGuardrail",
     "Limits",
@@ -91,6 +93,7 @@ __all__ = [
     "ToolResult",
     "gather",
     "guarded",
+    "handoff",
     "input_guardrail",
     "output_guardrail",
     "tool",

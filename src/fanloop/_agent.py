@@ -17,6 +17,7 @@ from ._approvals import check_answer_types, check_answers, check_no_pending
 from ._dispatch import Emitter, build_table
 from ._fanout import LimiterPool
 from ._guardrails import Guardrail, Guardrails, InputGuardrail, OutputGuardrail
+from ._handoff import Handoff, enter_active_agent, handoff_tools
 from ._log import bind, logger, unbind
 from ._loop import run_loop
 from ._migrants import AGENT_NAMES, RUN_NAMES, refuse_migrant_names
@@ -27,7 +28,7 @@ from ._parked import resume_parked
 from ._result import OutputT, RunResult, TerminationReason
 from ._resume import repair
 from ._retry import RetryPolicy
-from ._run import CLEANUP_GRACE, RunState
+from ._run import CLEANUP_GRACE, RunState, dynamic_system
 from ._scope import enter_run, leave_run
 from ._session_budget import record_spend, remaining_limits
 from ._settings import NO_SETTINGS, ModelSettings, check_settings
@@ -131,6 +132,9 @@ class Agent(Generic[DepsT, OutputT]):
             ``fn(ctx, output)``, sync or async; one may raise
             :class:`~fanloop.errors.ModelRetry` to send the answer back, or return a
             corrected value.
+        handoffs: agents (or :func:`~fanloop.handoff` objects) the model may hand the
+            conversation to with a ``transfer_to_<name>`` tool: the target finishes the run
+            (docs/handoffs.md).
         output_mode: ``"auto"`` (the provider's native structured output where it has one,
             else a ``final_result`` tool), ``"tool"`` or ``"native"``.
         guardrails: checks of each run's prompt (:func:`~fanloop.input_guardrail`, run
@@ -155,6 +159,7 @@ class Agent(Generic[DepsT, OutputT]):
         "context_window",
         "delegation",
         "guardrails",
+        "handoffs",
         "hooks",
         "hosted_tools",
         "limiters",
@@ -198,6 +203,7 @@ class Agent(Generic[DepsT, OutputT]):
     observer: LoopObserver | None
     hooks: Hooks | None
     delegation: bool | Delegation
+    handoffs: tuple[Handoff, ...]
     memory: bool
     skills: bool
     workspace: str | None
@@ -267,6 +273,7 @@ class Agent(Generic[DepsT, OutputT]):
         output_validators: Iterable[OutputValidator] = (),
         output_mode: OutputMode = "auto",
         guardrails: Iterable[InputGuardrail | OutputGuardrail] = (),
+        handoffs: Iterable[Agent[Any, Any] | Handoff] = (),
         client: Provider | None = None,
         _limiters: LimiterPool | None = None,
     ) -> None:
@@ -365,6 +372,9 @@ class Agent(Generic[DepsT, OutputT]):
         set_("_guard", guard)
 
         all_tools = list(own_tools)
+        handoffs, handoff_tools_ = handoff_tools(handoffs, name)
+        set_("handoffs", handoffs)
+        all_tools.extend(handoff_tools_)
         if not spec.is_text and not native:
             all_tools.append(spec.tool())
         system_parts = [system] if isinstance(system, str) and system else []
@@ -426,6 +436,7 @@ class Agent(Generic[DepsT, OutputT]):
             output_validators=output_validators,
             guardrails=given_guardrails,
             delegate_tools=delegate_tools,
+            handoffs=handoffs,
             tool_concurrency=_frozen(tool_concurrency),
             concurrency_limits=_frozen(concurrency_limits),
             model_settings=settings,
@@ -812,7 +823,9 @@ class Agent(Generic[DepsT, OutputT]):
         current = enter_run(run)
         try:
             if callable(self.system):
-                run.system = await _dynamic_system(self.system, run)
+                run.system = await dynamic_system(self.system, run)
+            if session is not None:  # a resume goes on with the agent a handoff left in charge
+                await enter_active_agent(run, resumed=before is not None)
             log_tokens = bind(run_id=run.run_id, agent_path="/".join(path))
             try:
                 return await self._run_observed(run, prompt, before, parent is None, session)
@@ -961,17 +974,6 @@ def _user_message(prompt: Prompt) -> Message:
                 f"DocumentPart, not one holding {type(item).__name__}"
             )
     return Message(role="user", content=tuple(content))
-
-
-async def _dynamic_system(fn: SystemFn, run: RunState) -> str | None:
-    """The system prompt of a run whose ``system`` is a function of its context."""
-    text = fn(run.context(what="system"))
-    if inspect.isawaitable(text):
-        text = await text
-    if text is not None and not isinstance(text, str):
-        raise ConfigurationError(f"the system function returned {type(text).__name__}, not str")
-    parts = [p for p in (text, run.system) if p]
-    return "\n\n".join(parts) or None
 
 
 def _native_output(spec: OutputSpec, provider: Any) -> bool:

@@ -134,6 +134,8 @@ class RunResult(BaseModel, Generic[OutputT]):
             ``agent.resume(session, approvals={call_id: True | False | "reason"})``.
         guardrail: for ``guardrail_tripped``, the guardrail that tripped
             (:class:`GuardrailTrip`: its name, ``"input"`` or ``"output"``, message and info).
+        last_agent: the name of the agent in charge when the run ended: the one it was started
+            on, or the last one a handoff gave it to (docs/handoffs.md).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -154,6 +156,7 @@ class RunResult(BaseModel, Generic[OutputT]):
     detail: str | None = None
     pending_approvals: tuple[PendingApproval, ...] = ()
     guardrail: GuardrailTrip | None = None
+    last_agent: str = ""
 
     def raise_if_incomplete(self) -> RunResult[OutputT]:
         """Return this result if the run completed; raise otherwise.

@@ -37,6 +37,7 @@ __all__ = [
     "ContextUsage",
     "Event",
     "GuardrailTripped",
+    "HandoffOccurred",
     "HostedToolProgress",
     "MessageAppended",
     "ModelFailed",
@@ -456,6 +457,20 @@ class ToolFinished(_Event):
 
 
 @dataclass(slots=True)
+class HandoffOccurred(_Event):
+    """The model took a handoff: from here on ``to_agent`` answers (docs/handoffs.md).
+
+    Sent with the lineage of the agent handing over; the events after it carry ``to_agent``
+    at the end of their ``agent_path``. ``call_id`` is the id of the handoff tool call.
+    """
+
+    kind: ClassVar[Literal["handoff"]] = "handoff"
+    from_agent: str
+    to_agent: str
+    call_id: str
+
+
+@dataclass(slots=True)
 class MessageAppended(_Event):
     """A message joined the conversation at position ``index`` (and was persisted)."""
 
@@ -495,5 +510,6 @@ Event: TypeAlias = (
     | ApprovalResolved
     | ToolStarted
     | ToolFinished
+    | HandoffOccurred
     | MessageAppended
 )

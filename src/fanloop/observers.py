@@ -55,6 +55,7 @@ OPTIONAL_CALLBACKS = (
     "on_model_error",
     "on_text_delta",
     "on_guardrail_tripped",
+    "on_handoff",
 )
 REQUIRED_CALLBACKS = ("on_request", "on_response", "on_retry", "on_tool_start", "on_tool_end")
 
@@ -156,6 +157,9 @@ class NullObserver:
 
     def on_guardrail_tripped(self, trip: GuardrailTrip) -> None:
         pass
+
+    def on_handoff(self, from_agent: str, to_agent: str) -> None:
+        """The run was handed from one agent to another (docs/handoffs.md)."""
 
 
 # An observer may also define ``on_event(event)``: it then receives every event of the run —
@@ -300,6 +304,8 @@ class Hooks:
         on_message: ``()`` after every message is appended to the conversation.
         on_guardrail_tripped: ``(trip)`` when one of the agent's guardrails trips (a
             :class:`~fanloop.GuardrailTrip`; the run then ends with ``guardrail_tripped``).
+        on_handoff: ``(from_agent, to_agent)`` when the run is handed to another agent
+            (docs/handoffs.md).
     """
 
     on_request: Callable[[int, int], MaybeAwaitable] | None = None
@@ -314,3 +320,4 @@ class Hooks:
     on_retry: Callable[[int, float, Exception], MaybeAwaitable] | None = None
     on_message: Callable[[], MaybeAwaitable] | None = None
     on_guardrail_tripped: Callable[[GuardrailTrip], MaybeAwaitable] | None = None
+    on_handoff: Callable[[str, str], MaybeAwaitable] | None = None
