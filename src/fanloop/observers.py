@@ -182,8 +182,9 @@ def trace_context_of(observer: object, key: str) -> dict[str, str] | None:
     try:
         found = fn(key)
     except Exception:
-        logger.exception("observer_callback_failed", observer=type(observer).__name__,
-                         callback="trace_context")
+        logger.exception(
+            "observer_callback_failed", observer=type(observer).__name__, callback="trace_context"
+        )
         return None
     return dict(found) if found else None
 

@@ -516,8 +516,10 @@ def _arguments(call: ToolCallPart) -> str:
 
 
 def _role(message: Message) -> str:
-    if message.role == "user" and message.content and all(
-        isinstance(p, ToolResultPart) for p in message.content
+    if (
+        message.role == "user"
+        and message.content
+        and all(isinstance(p, ToolResultPart) for p in message.content)
     ):
         return "tool"
     return str(message.role)
