@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from fanloop import DEFER, Agent, MultiObserver, NullObserver, TerminationReason, tool
 from fanloop._approvals import PENDING_KEY, TRACE_KEY
 from fanloop.otel import OpenTelemetryObserver, continued_context
+from fanloop.providers.anthropic import AnthropicProvider
 from fanloop.providers.openai import OpenAIProvider
 from fanloop.sessions import MemoryStore, Session
 from fanloop.testing import FakeLLMServer, ScriptedProvider, call, reply
@@ -233,17 +234,28 @@ def test_a_run_parked_in_one_process_and_approved_in_another_is_one_trace(
 # -- traceparent on model requests --------------------------------------------------------------
 
 
+@pytest.mark.parametrize("transport", ["httpx", "aiohttp"])
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
 @pytest.mark.parametrize("propagate", [False, True])
 async def test_model_requests_carry_the_chat_spans_traceparent_when_asked(
-    propagate: bool,
+    propagate: bool, api: str, transport: str
 ) -> None:
+    if transport == "aiohttp":
+        pytest.importorskip("aiohttp")
     exporter, tracing = traced()
     observer = OpenTelemetryObserver(tracing, propagate_to_requests=propagate)
     with FakeLLMServer() as server:
-        server.add(reply(tool_calls=[call("lookup", _id="c1", name="bob")]), "done")
-        async with OpenAIProvider(
-            "gpt-4.1", api_key="test", base_url=server.openai_base_url
-        ) as provider:
+        server.add(reply(tool_calls=[call("lookup", _id="c1", name="bob")]), "done", api=api)
+        provider: Any
+        if api == "openai":
+            provider = OpenAIProvider(
+                "gpt-4.1", api_key="test", base_url=server.openai_base_url, transport=transport
+            )
+        else:
+            provider = AnthropicProvider(
+                "gpt-4.1", api_key="test", base_url=server.anthropic_base_url, transport=transport
+            )
+        async with provider:
             result = await Agent(provider, tools=[lookup], observer=observer).run("hi")
         assert result.text == "done"
         headers = [r.headers for r in server.requests]

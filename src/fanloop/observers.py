@@ -162,28 +162,34 @@ class NullObserver:
 # sub-agent's workflow input) and hands it back as ``RunStarted.trace_context``.
 
 
-def trace_context_of(observer: object, key: str) -> dict[str, str] | None:
-    """The trace context the first observer of ``observer`` (through :class:`GuardedObserver`
-    and :class:`MultiObserver`) that traces keeps for ``key`` (a run id or a tool call id);
-    ``None`` when no observer traces (the common case: one attribute lookup)."""
+def tracing_observer(observer: object) -> Any:
+    """The first observer of ``observer`` (through :class:`GuardedObserver` and
+    :class:`MultiObserver`) that traces (has ``trace_context``), or ``None``."""
     if observer is None:
         return None
     if isinstance(observer, GuardedObserver):
-        return trace_context_of(observer.inner, key)
+        return tracing_observer(observer.inner)
     if isinstance(observer, MultiObserver):
         for inner in observer.observers:
-            found = trace_context_of(inner, key)
-            if found:
+            found = tracing_observer(inner)
+            if found is not None:
                 return found
         return None
-    fn = getattr(observer, "trace_context", None)
-    if fn is None:
+    return observer if callable(getattr(observer, "trace_context", None)) else None
+
+
+def trace_context_of(observer: object, key: str) -> dict[str, str] | None:
+    """The trace context the tracing observer of ``observer`` keeps for ``key`` (a run id or
+    a tool call id); ``None`` when no observer traces (the common case: one attribute lookup
+    per wrapped observer)."""
+    tracer = tracing_observer(observer)
+    if tracer is None:
         return None
     try:
-        found = fn(key)
+        found = tracer.trace_context(key)
     except Exception:
         logger.exception(
-            "observer_callback_failed", observer=type(observer).__name__, callback="trace_context"
+            "observer_callback_failed", observer=type(tracer).__name__, callback="trace_context"
         )
         return None
     return dict(found) if found else None

@@ -203,6 +203,23 @@ class OpenTelemetryObserver(NullObserver):
         _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
         return carrier or None
 
+    def remote_trace_context(self, agent_name: str) -> dict[str, str] | None:
+        """Start and end an ``invoke_agent {agent_name}`` CLIENT span (a child of the current
+        span) for a run handed to another process, and return its trace context: a durable
+        run's workers make their ``invoke_agent`` spans children of it, so a run recovered
+        on another worker stays in the same trace."""
+        span = self._tracer.start_span(
+            f"invoke_agent {agent_name}",
+            kind=SpanKind.CLIENT,
+            attributes={OPERATION: "invoke_agent", AGENT_NAME: agent_name},
+        )
+        try:
+            carrier: dict[str, str] = {}
+            _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
+            return carrier or None
+        finally:
+            span.end()
+
     def on_event(self, event: Event) -> None:
         """Open and close spans as the run's events arrive."""
         key: _RunKey = (event.agent_path, event.parent_call_id)
