@@ -769,6 +769,7 @@ class Agent(Generic[DepsT, OutputT]):
         before: Callable[[RunState], Awaitable[RunResult | None]] | None = None,
         model_settings: ModelSettings | None = None,
         label: str | None = None,
+        trace_context: dict[str, str] | None = None,
     ) -> RunResult[Any]:
         active = self._active()
         if active is not self:  # inside override(): the replacement runs instead
@@ -783,6 +784,7 @@ class Agent(Generic[DepsT, OutputT]):
                 before=before,
                 model_settings=model_settings,
                 label=label,
+                trace_context=trace_context,
             )
         settings = self.model_settings
         if model_settings is not None:  # checked before anything happens
@@ -817,6 +819,7 @@ class Agent(Generic[DepsT, OutputT]):
             depth=0 if parent is None else parent.depth + 1,
             parent=parent,
         )
+        run.trace_context = trace_context
         if settings is not self.model_settings:
             run.settings = settings
             run.max_tokens = settings.max_tokens or self.max_tokens
@@ -862,7 +865,13 @@ class Agent(Generic[DepsT, OutputT]):
                 )
             try:
                 await emitter.emit(
-                    RunStarted(run.run_id, self.name, self.model, self.provider_name)
+                    RunStarted(
+                        run.run_id,
+                        self.name,
+                        self.model,
+                        self.provider_name,
+                        trace_context=run.trace_context,
+                    )
                 )
                 if before is not None:
                     result = await before(run)

@@ -81,6 +81,7 @@ class RunState:
         "subagents",
         "system",
         "tool_calls",
+        "trace_context",
         "turns",
         "usage",
         "warned_turns",
@@ -131,6 +132,8 @@ class RunState:
         self.pending: tuple[PendingApproval, ...] = ()
         self.decisions: dict[str, bool | str] = {}  # approvals a resumed batch was given
         self.claim: Claim | None = None  # this run's hold on a parked batch it resumed
+        # The W3C trace context stored by the run this one goes on from (see RunStarted)
+        self.trace_context: dict[str, str] | None = None
         self.output: Any = _NO_OUTPUT  # the validated typed answer, once there is one
         self.output_failures = 0
         # Set while input guardrails still check the prompt: no tool call starts before it is

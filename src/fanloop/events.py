@@ -200,13 +200,21 @@ class OutputPartial(_Event):
 
 @dataclass(slots=True)
 class RunStarted(_Event):
-    """A run began."""
+    """A run began.
+
+    ``trace_context`` is set when the run goes on from an earlier one that an
+    OpenTelemetry observer traced (a batch parked for approval, resumed with
+    ``agent.resume``; a durable run recovered on another worker): the W3C ``traceparent`` /
+    ``tracestate`` stored with the session or the workflow, as read back (untrusted: see
+    :mod:`fanloop.otel`, which validates it).
+    """
 
     kind: ClassVar[Literal["run_started"]] = "run_started"
     run_id: str
     agent_name: str
     model: str
     provider: str = ""
+    trace_context: dict[str, str] | None = None
 
 
 @dataclass(slots=True)

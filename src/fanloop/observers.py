@@ -165,6 +165,44 @@ class NullObserver:
 # An observer may also define ``on_event(event)``: it then receives every event of the run —
 # sub-agents' included, with their lineage — as the typed objects of :mod:`fanloop.events`.
 # The OpenTelemetry observer (:mod:`fanloop.otel`) is built on it.
+#
+# And ``trace_context(key)``: the W3C trace context (``traceparent``, ``tracestate``) of the
+# span it keeps for a run id or a tool call id, as a dict, or ``None``. fanloop stores it where
+# the run goes on in another process (a parked batch's state in the session, a durable
+# sub-agent's workflow input) and hands it back as ``RunStarted.trace_context``.
+
+
+def tracing_observer(observer: object) -> Any:
+    """The first observer of ``observer`` (through :class:`GuardedObserver` and
+    :class:`MultiObserver`) that traces (has ``trace_context``), or ``None``."""
+    if observer is None:
+        return None
+    if isinstance(observer, GuardedObserver):
+        return tracing_observer(observer.inner)
+    if isinstance(observer, MultiObserver):
+        for inner in observer.observers:
+            found = tracing_observer(inner)
+            if found is not None:
+                return found
+        return None
+    return observer if callable(getattr(observer, "trace_context", None)) else None
+
+
+def trace_context_of(observer: object, key: str) -> dict[str, str] | None:
+    """The trace context the tracing observer of ``observer`` keeps for ``key`` (a run id or
+    a tool call id); ``None`` when no observer traces (the common case: one attribute lookup
+    per wrapped observer)."""
+    tracer = tracing_observer(observer)
+    if tracer is None:
+        return None
+    try:
+        found = tracer.trace_context(key)
+    except Exception:
+        logger.exception(
+            "observer_callback_failed", observer=type(tracer).__name__, callback="trace_context"
+        )
+        return None
+    return dict(found) if found else None
 
 
 class ConsoleObserver(NullObserver):
