@@ -26,6 +26,11 @@ The attribute names are the GenAI ones (``gen_ai.operation.name``, ``gen_ai.prov
 ``opentelemetry-semantic-conventions`` package marks its GenAI constants deprecated. Message
 contents are not recorded. Combine it with other observers through
 :class:`~fanloop.MultiObserver`.
+
+Metrics (token usage, operation duration, time to first chunk, tool duration, retries, pacing
+waits, runs, runs in flight, cost) come from a second observer, :class:`OpenTelemetryMetrics`
+(``MultiObserver(OpenTelemetryObserver(), OpenTelemetryMetrics())``); docs/observability.md
+lists its instruments.
 """
 
 from __future__ import annotations
@@ -43,7 +48,9 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("fanloop.otel needs OpenTelemetry: pip install 'fanloop[otel]'") from exc
 
-__all__ = ["OpenTelemetryObserver"]
+from ._otel_metrics import OpenTelemetryMetrics
+
+__all__ = ["OpenTelemetryMetrics", "OpenTelemetryObserver"]
 
 OPERATION = "gen_ai.operation.name"
 PROVIDER = "gen_ai.provider.name"
