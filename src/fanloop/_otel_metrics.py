@@ -23,8 +23,13 @@ from .observers import NullObserver
 
 try:
     from opentelemetry import metrics
+    from opentelemetry.metrics import NoOpMeter, NoOpMeterProvider
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("fanloop.otel needs OpenTelemetry: pip install 'fanloop[otel]'") from exc
+try:  # the global meter provider before one is set: it records nothing
+    from opentelemetry.metrics._internal import _ProxyMeterProvider as _Unset
+except ImportError:  # pragma: no cover - another API version: always record
+    _Unset = ()  # type: ignore[assignment,misc]
 
 __all__ = [
     "DURATION_BUCKETS",
@@ -165,6 +170,12 @@ class OpenTelemetryMetrics(NullObserver):
         from ._version import __version__
 
         meter = metrics.get_meter("fanloop", __version__, meter_provider=meter_provider)
+        # Whether measurements go anywhere: never with a no-op meter; with the global
+        # provider, once one is set (checked as each run starts).
+        self._global = meter_provider is None and not isinstance(meter, NoOpMeter)
+        self._live = not isinstance(meter, NoOpMeter) and (
+            meter_provider is not None or not isinstance(metrics.get_meter_provider(), _Unset)
+        )
         self._tokens = meter.create_histogram(
             "gen_ai.client.token.usage",
             unit="{token}",
@@ -244,6 +255,13 @@ class OpenTelemetryMetrics(NullObserver):
     # -- runs ---------------------------------------------------------------------------------
 
     def _run_started(self, event: Any) -> None:
+        if not self._live:
+            if not self._global:
+                return
+            provider = metrics.get_meter_provider()
+            if isinstance(provider, _Unset | NoOpMeterProvider):
+                return  # nothing to record into: the run's other events cost a lookup each
+            self._live = True
         if len(self._open) >= _MAX_OPEN:
             return
         run = _Run(event.provider, event.model, event.agent_name)
@@ -395,7 +413,9 @@ class OpenTelemetryMetrics(NullObserver):
 
     def _tool_finished(self, event: Any) -> None:
         run = self._open.get((event.agent_path, event.parent_call_id))
-        started = run.tools.pop(event.call.id, None) if run is not None else None
+        if run is None:
+            return
+        started = run.tools.pop(event.call.id, None)
         if event.duration:
             seconds = event.duration
         elif started is not None:
