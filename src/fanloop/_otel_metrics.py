@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 from ._dispatch import DELTA_KINDS
@@ -101,9 +102,7 @@ PACING_KEY = "fanloop.pacing.key"
 TERMINATION = "fanloop.termination_reason"
 
 _FIRST_CHUNK_KINDS = frozenset(DELTA_KINDS)
-_MAX_OPEN = 100_000  # open attempts/runs/tool calls tracked at once (events lost otherwise)
-
-_Key = tuple[tuple[str, ...], str | None]
+_MAX_TOOLS = 10_000  # tool calls of one run timed at once (more are recorded without a clock)
 
 
 class _Bounded:
@@ -136,14 +135,18 @@ class _Attempt:
 
 
 class _Run:
-    """One run in flight, with its tool calls in flight."""
+    """One run in flight: its lineage, its model call and tool calls in flight, and the run
+    that was current where it started (current again when it ends)."""
 
-    __slots__ = ("agent", "model", "provider", "tools")
+    __slots__ = ("agent", "attempt", "lineage", "model", "outer", "provider", "tools")
 
-    def __init__(self, provider: str, model: str, agent: str) -> None:
-        self.provider = provider
-        self.model = model
-        self.agent = agent
+    def __init__(self, event: Any, outer: _Run | None) -> None:
+        self.lineage = (event.agent_path, event.parent_call_id)
+        self.provider: str = event.provider
+        self.model: str = event.model
+        self.agent: str = event.agent_name
+        self.outer = outer
+        self.attempt: _Attempt | None = None
         self.tools: dict[str, tuple[float, str]] = {}  # call id -> when it started, tool name
 
 
@@ -228,8 +231,12 @@ class OpenTelemetryMetrics(NullObserver):
         )
         self._models = _Bounded()
         self._tool_names = _Bounded()
-        self._open: dict[_Key, _Run] = {}
-        self._attempts: dict[_Key, _Attempt] = {}
+        # The run an event belongs to: a context variable set as the run starts, so that
+        # concurrent runs of one agent (same lineage) and the tasks a run spawns (its tool
+        # calls, its sub-agents) each see their own.
+        self._current: ContextVar[_Run | None] = ContextVar(
+            f"fanloop_metrics_{id(self)}", default=None
+        )
         self._handlers: dict[str, Callable[[Any], None]] = {
             "run_started": self._run_started,
             "run_finished": self._run_finished,
@@ -252,6 +259,13 @@ class OpenTelemetryMetrics(NullObserver):
         if handler is not None:
             handler(event)
 
+    def _run(self, event: Any) -> _Run | None:
+        """The run ``event`` belongs to (``None``: not recorded)."""
+        run = self._current.get()
+        if run is None or run.lineage != (event.agent_path, event.parent_call_id):
+            return None
+        return run
+
     # -- runs ---------------------------------------------------------------------------------
 
     def _run_started(self, event: Any) -> None:
@@ -262,26 +276,25 @@ class OpenTelemetryMetrics(NullObserver):
             if isinstance(provider, _Unset | NoOpMeterProvider):
                 return  # nothing to record into: the run's other events cost a lookup each
             self._live = True
-        if len(self._open) >= _MAX_OPEN:
-            return
-        run = _Run(event.provider, event.model, event.agent_name)
-        self._open[(event.agent_path, event.parent_call_id)] = run
+        run = _Run(event, self._current.get())
+        self._current.set(run)
         self._active.add(1, {AGENT_NAME: run.agent})
 
     def _run_finished(self, event: Any) -> None:
-        key = (event.agent_path, event.parent_call_id)
-        run = self._open.pop(key, None)
+        run = self._run(event)
         if run is None:
             return
+        self._current.set(run.outer)
         error = event.error
         reason = str(event.result.termination_reason)
         failed = type(error).__name__ if error is not None else reason
         now = time.perf_counter()
-        attempt = self._attempts.pop(key, None)
-        if attempt is not None:  # it ended mid-call: cancelled, or past its deadline
-            self._record_attempt(attempt, run, now, failed)
-        for started, name in run.tools.values():  # and mid-tool
+        if run.attempt is not None:  # it ended mid-call: cancelled, or past its deadline
+            self._record_attempt(run.attempt, run, now, failed)
+            run.attempt = None
+        for started, name in run.tools.values():  # or mid-tool
             self._tool_duration.record(now - started, {TOOL_NAME: name, TOOL_OUTCOME: "cancelled"})
+        run.tools.clear()
         attributes = {AGENT_NAME: run.agent, TERMINATION: reason}
         if error is not None:
             attributes[ERROR_TYPE] = type(error).__name__
@@ -291,40 +304,41 @@ class OpenTelemetryMetrics(NullObserver):
     # -- model calls --------------------------------------------------------------------------
 
     def _request_started(self, event: Any) -> None:
-        key = (event.agent_path, event.parent_call_id)
-        run = self._open.get(key)
+        run = self._run(event)
         if run is not None:
-            self._attempts[key] = _Attempt(time.perf_counter(), run.provider)
+            run.attempt = _Attempt(time.perf_counter(), run.provider)
 
     def _restart(self, event: Any) -> None:
         """The request goes out after a pacing wait: its clocks start now."""
-        attempt = self._attempts.get((event.agent_path, event.parent_call_id))
-        if attempt is not None:
-            attempt.started = time.perf_counter()
+        run = self._run(event)
+        if run is not None and run.attempt is not None:
+            run.attempt.started = time.perf_counter()
 
     def _pacing_wait(self, event: Any) -> None:
+        if self._run(event) is None:
+            return
         self._pacing.record(event.seconds, {PACING_REASON: event.reason, PACING_KEY: event.key})
         self._restart(event)
 
     def _delta(self, event: Any) -> None:
-        key = (event.agent_path, event.parent_call_id)
-        attempt = self._attempts.get(key)
+        run = self._run(event)
+        if run is None:
+            return
+        attempt = run.attempt
         if attempt is None or attempt.first:
             return
         attempt.first = True
-        run = self._open.get(key)
-        if run is not None:
-            self._first_chunk.record(
-                time.perf_counter() - attempt.started,
-                {OPERATION: "chat", PROVIDER: attempt.provider, REQUEST_MODEL: run.model},
-            )
+        self._first_chunk.record(
+            time.perf_counter() - attempt.started,
+            {OPERATION: "chat", PROVIDER: attempt.provider, REQUEST_MODEL: run.model},
+        )
 
     def _response_completed(self, event: Any) -> None:
-        key = (event.agent_path, event.parent_call_id)
-        run = self._open.get(key)
+        run = self._run(event)
         if run is None:
             return
-        attempt = self._attempts.pop(key, None)
+        attempt = run.attempt
+        run.attempt = None
         response = event.response
         provider = attempt.provider if attempt is not None else run.provider
         attributes = {
@@ -363,11 +377,10 @@ class OpenTelemetryMetrics(NullObserver):
         )
 
     def _retry_scheduled(self, event: Any) -> None:
-        key = (event.agent_path, event.parent_call_id)
-        run = self._open.get(key)
+        run = self._run(event)
         if run is None:
             return
-        attempt = self._attempts.get(key)
+        attempt = run.attempt
         if attempt is None:
             # No call open: the loop asks again with more room after an answer cut off at
             # max_tokens (that answer was recorded as it came).
@@ -379,25 +392,23 @@ class OpenTelemetryMetrics(NullObserver):
             now = time.perf_counter()
             self._record_attempt(attempt, run, now, reason)
             if event.step:  # the loop's retry: the next attempt starts with a new request
-                del self._attempts[key]
+                run.attempt = None
             else:  # a FallbackProvider's own retry, inside the loop's call, after the delay
                 attempt.started = now + event.delay
                 attempt.first = False
         self._retries.add(1, {RETRY_REASON: reason, PROVIDER: provider, REQUEST_MODEL: run.model})
 
     def _model_failed(self, event: Any) -> None:
-        key = (event.agent_path, event.parent_call_id)
-        run = self._open.get(key)
-        attempt = self._attempts.pop(key, None)
-        if run is not None and attempt is not None:
-            self._record_attempt(attempt, run, time.perf_counter(), type(event.error).__name__)
+        run = self._run(event)
+        if run is not None and run.attempt is not None:
+            self._record_attempt(run.attempt, run, time.perf_counter(), type(event.error).__name__)
+            run.attempt = None
 
     def _provider_fallback(self, event: Any) -> None:
-        key = (event.agent_path, event.parent_call_id)
-        run = self._open.get(key)
-        attempt = self._attempts.get(key)
-        if run is None or attempt is None:
+        run = self._run(event)
+        if run is None or run.attempt is None:
             return
+        attempt = run.attempt
         now = time.perf_counter()
         self._record_attempt(attempt, run, now, type(event.error).__name__)
         attempt.started = now
@@ -407,12 +418,12 @@ class OpenTelemetryMetrics(NullObserver):
     # -- tools --------------------------------------------------------------------------------
 
     def _tool_started(self, event: Any) -> None:
-        run = self._open.get((event.agent_path, event.parent_call_id))
-        if run is not None and len(run.tools) < _MAX_OPEN:
+        run = self._run(event)
+        if run is not None and len(run.tools) < _MAX_TOOLS:
             run.tools[event.call.id] = (time.perf_counter(), self._tool_names(event.call.name))
 
     def _tool_finished(self, event: Any) -> None:
-        run = self._open.get((event.agent_path, event.parent_call_id))
+        run = self._run(event)
         if run is None:
             return
         started = run.tools.pop(event.call.id, None)
