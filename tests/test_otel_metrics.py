@@ -556,3 +556,72 @@ async def test_the_otlp_http_exporter_sends_the_metrics() -> None:
     assert active.as_int == 0 and not found["fanloop.runs.active"].sum.is_monotonic
     (tool_point,) = found["fanloop.tool.duration"].histogram.data_points
     assert tool_point.count == 1
+
+
+def test_a_global_meter_provider_set_later_is_used_from_the_next_run(tmp_path: Any) -> None:
+    """In a process of its own: the global meter provider can be set only once."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "later.py"
+    script.write_text(
+        "import anyio\n"
+        "from opentelemetry import metrics\n"
+        "from opentelemetry.sdk.metrics import MeterProvider\n"
+        "from opentelemetry.sdk.metrics.export import InMemoryMetricReader\n"
+        "from fanloop import Agent\n"
+        "from fanloop.otel import OpenTelemetryMetrics\n"
+        "from fanloop.testing import ScriptedProvider\n"
+        "observer = OpenTelemetryMetrics()\n"
+        "agent = Agent(ScriptedProvider(['one', 'two']), observer=observer)\n"
+        "anyio.run(agent.run, 'a')\n"
+        "reader = InMemoryMetricReader()\n"
+        "metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))\n"
+        "anyio.run(agent.run, 'b')\n"
+        "data = reader.get_metrics_data()\n"
+        "points = {m.name: m.data.data_points for r in data.resource_metrics\n"
+        "          for s in r.scope_metrics for m in s.metrics}\n"
+        "calls = points['gen_ai.client.operation.duration'][0].count\n"
+        "print(points['fanloop.runs'][0].value, calls)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "error", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["1", "1"]  # the second run only
+
+
+def test_the_dashboard_uses_the_instruments_and_the_doc_shows_its_queries() -> None:
+    import json
+    import re
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    dashboard = json.loads((docs / "grafana" / "fanloop-dashboard.json").read_text())
+    page = (docs / "observability.md").read_text()
+    # every instrument's Prometheus name (the default OTLP-to-Prometheus translation)
+    known = set()
+    for line in page.splitlines():
+        match = re.match(r"\| `([a-z_.]+)` \| ([a-z -]+) \| `([^`]+)` \|", line)
+        if match:
+            name, kind, unit = match.groups()
+            base = name.replace(".", "_") + ("_seconds" if unit == "s" else "")
+            if kind == "histogram":
+                known |= {base + "_bucket", base + "_sum", base + "_count"}
+            elif kind == "counter":
+                known.add(base + "_total")
+            else:
+                known.add(base)
+    assert len(known) == 5 * 3 + 3 + 1  # 5 histograms, 3 counters, 1 up-down counter
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    assert len(dashboard["panels"]) >= 8
+    for expr in exprs:
+        assert expr in page, expr
+        used = set(
+            re.findall(r"\b(?:gen_ai|fanloop)_[a-z_]+(?=[{[)])", re.sub(r"by \([^)]*\)", "", expr))
+        )
+        assert used and used <= known, (expr, used - known)
