@@ -625,3 +625,38 @@ def test_the_dashboard_uses_the_instruments_and_the_doc_shows_its_queries() -> N
             re.findall(r"\b(?:gen_ai|fanloop)_[a-z_]+(?=[{[)])", re.sub(r"by \([^)]*\)", "", expr))
         )
         assert used and used <= known, (expr, used - known)
+
+
+async def test_under_a_fallback_provider_each_attempt_names_its_provider(
+    reader: InMemoryMetricReader,
+) -> None:
+    from fanloop.providers.fallback import FallbackProvider
+
+    meters, observer = metrics_observer(reader)
+    first = ScriptedProvider(
+        [Overloaded("busy", provider="first"), Overloaded("still busy", provider="first")],
+        model="claude-haiku-4-5",
+    )
+    first.name = "first"
+    second = ScriptedProvider(["answer"], model="gpt-4.1")
+    second.name = "second"
+    retry = RetryPolicy(max_retries=1, base_delay=0.001, jitter=False)
+    agent = Agent(FallbackProvider(first, second, retry=retry), observer=observer)
+    assert (await agent.run("go")).text == "answer"
+    got = Metrics(reader)
+    meters.shutdown()
+    calls = {
+        (a["gen_ai.provider.name"], a.get("error.type"), a.get("gen_ai.response.model")): p.count
+        for a, p in got.points("gen_ai.client.operation.duration")
+    }
+    assert calls == {("first", "Overloaded", None): 2, ("second", None, "gpt-4.1"): 1}
+    assert got.attributes("fanloop.retries") == [
+        {
+            "fanloop.retry.reason": "Overloaded",
+            "gen_ai.provider.name": "first",
+            "gen_ai.request.model": "claude-haiku-4-5",
+        }
+    ]
+    assert got.point("gen_ai.client.token.usage", gen_ai__token__type="output").count == 1
+    for attrs in got.attributes("gen_ai.client.token.usage"):
+        assert attrs["gen_ai.provider.name"] == "second"

@@ -16,10 +16,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, get_args
 
-from ._dispatch import DELTA_KINDS
+from ._version import __version__
 from .catalog import cost_of
+from .events import StreamDelta
 from .observers import NullObserver
 
 try:
@@ -101,7 +102,7 @@ PACING_REASON = "fanloop.pacing.reason"
 PACING_KEY = "fanloop.pacing.key"
 TERMINATION = "fanloop.termination_reason"
 
-_FIRST_CHUNK_KINDS = frozenset(DELTA_KINDS)
+_FIRST_CHUNK_KINDS = frozenset(kind.kind for kind in get_args(StreamDelta))
 _MAX_TOOLS = 10_000  # tool calls of one run timed at once (more are recorded without a clock)
 
 
@@ -170,8 +171,6 @@ class OpenTelemetryMetrics(NullObserver):
     """
 
     def __init__(self, meter_provider: Any = None) -> None:
-        from ._version import __version__
-
         meter = metrics.get_meter("fanloop", __version__, meter_provider=meter_provider)
         # Whether measurements go anywhere: never with a no-op meter; with the global
         # provider, once one is set (checked as each run starts).
@@ -329,7 +328,7 @@ class OpenTelemetryMetrics(NullObserver):
             return
         attempt.first = True
         self._first_chunk.record(
-            time.perf_counter() - attempt.started,
+            max(time.perf_counter() - attempt.started, 0.0),
             {OPERATION: "chat", PROVIDER: attempt.provider, REQUEST_MODEL: run.model},
         )
 
@@ -348,7 +347,7 @@ class OpenTelemetryMetrics(NullObserver):
             RESPONSE_MODEL: self._models(response.model) if response.model else run.model,
         }
         if attempt is not None:
-            self._duration.record(time.perf_counter() - attempt.started, attributes)
+            self._duration.record(max(time.perf_counter() - attempt.started, 0.0), attributes)
         usage = response.usage
         tokens = self._tokens.record
         tokens(usage.input_tokens, {**attributes, TOKEN_TYPE: "input", TOKEN_CACHE: "none"})
@@ -365,12 +364,16 @@ class OpenTelemetryMetrics(NullObserver):
         if cost:
             self._cost.add(cost, {PROVIDER: provider, REQUEST_MODEL: run.model})
 
-    def _record_attempt(self, attempt: _Attempt, run: _Run, now: float, error: str) -> None:
+    def _record_attempt(
+        self, attempt: _Attempt, run: _Run, now: float, error: str, provider: str = ""
+    ) -> None:
+        # never negative: a FallbackProvider's attempt is timed from the end of its backoff,
+        # and the event loop may wake a sleeper a clock tick early
         self._duration.record(
-            now - attempt.started,
+            max(now - attempt.started, 0.0),
             {
                 OPERATION: "chat",
-                PROVIDER: attempt.provider,
+                PROVIDER: provider or attempt.provider,
                 REQUEST_MODEL: run.model,
                 ERROR_TYPE: error,
             },
@@ -388,9 +391,10 @@ class OpenTelemetryMetrics(NullObserver):
             provider = run.provider
         else:
             reason = type(event.error).__name__
-            provider = attempt.provider
+            # the provider that failed (a FallbackProvider's error names which of its own)
+            provider = _provider_of(event.error) or attempt.provider
             now = time.perf_counter()
-            self._record_attempt(attempt, run, now, reason)
+            self._record_attempt(attempt, run, now, reason, provider)
             if event.step:  # the loop's retry: the next attempt starts with a new request
                 run.attempt = None
             else:  # a FallbackProvider's own retry, inside the loop's call, after the delay
@@ -401,7 +405,9 @@ class OpenTelemetryMetrics(NullObserver):
     def _model_failed(self, event: Any) -> None:
         run = self._run(event)
         if run is not None and run.attempt is not None:
-            self._record_attempt(run.attempt, run, time.perf_counter(), type(event.error).__name__)
+            error = event.error
+            now = time.perf_counter()
+            self._record_attempt(run.attempt, run, now, type(error).__name__, _provider_of(error))
             run.attempt = None
 
     def _provider_fallback(self, event: Any) -> None:
@@ -410,7 +416,7 @@ class OpenTelemetryMetrics(NullObserver):
             return
         attempt = run.attempt
         now = time.perf_counter()
-        self._record_attempt(attempt, run, now, type(event.error).__name__)
+        self._record_attempt(attempt, run, now, type(event.error).__name__, event.from_provider)
         attempt.started = now
         attempt.first = False
         attempt.provider = event.to_provider
@@ -440,3 +446,9 @@ class OpenTelemetryMetrics(NullObserver):
                 TOOL_OUTCOME: "error" if event.result.is_error else "ok",
             },
         )
+
+
+def _provider_of(error: BaseException) -> str:
+    """The provider a :class:`~fanloop.errors.ProviderError` names (``""``: none)."""
+    name = getattr(error, "provider", None)
+    return name if isinstance(name, str) else ""
