@@ -660,3 +660,22 @@ async def test_under_a_fallback_provider_each_attempt_names_its_provider(
     assert got.point("gen_ai.client.token.usage", gen_ai__token__type="output").count == 1
     for attrs in got.attributes("gen_ai.client.token.usage"):
         assert attrs["gen_ai.provider.name"] == "second"
+
+
+async def test_a_streamed_run_is_recorded_like_any_other(reader: InMemoryMetricReader) -> None:
+    meters, observer = metrics_observer(reader)
+    agent = Agent(
+        ScriptedProvider([reply(tool_calls=[call("lookup", q="x")]), "done"], chunk_size=2),
+        tools=[lookup],
+        observer=observer,
+    )
+    async with agent.stream("go") as run:
+        kinds = [event.kind async for event in run]
+    assert kinds.count("text_delta") >= 2
+    got = Metrics(reader)
+    meters.shutdown()
+    assert got.point("gen_ai.client.operation.duration").count == 2
+    assert got.point("gen_ai.client.operation.time_to_first_chunk").count == 2
+    assert got.point("fanloop.tool.duration", gen_ai__tool__name="lookup").count == 1
+    assert got.point("fanloop.runs", fanloop__termination_reason="completed").value == 1
+    assert got.point("fanloop.runs.active").value == 0
