@@ -352,14 +352,17 @@ async def test_pacing_waits_are_recorded_apart_from_the_call(
     reader: InMemoryMetricReader,
 ) -> None:
     meters, observer = metrics_observer(reader)
-    provider = paced(ScriptedProvider(["one", "two"]), Pacing(requests_per_minute=1200))
+    provider = paced(ScriptedProvider(["one", "two"]), Pacing(requests_per_minute=60))
     agent = Agent(provider, observer=observer)
     await agent.run("a")
-    await agent.run("b")  # one request every 50 ms: this one waits for its slot
+    await agent.run("b")  # one request a second: this one waits for its slot
     got = Metrics(reader)
     meters.shutdown()
     wait = got.point("fanloop.pacing.wait", fanloop__pacing__reason="requests")
     assert wait.count >= 1 and wait.sum > 0
+    # the call is timed from when it went out, not from when it began to wait
+    call = got.point("gen_ai.client.operation.duration")
+    assert call.count == 2 and call.sum < wait.sum
     assert got.by_name["fanloop.pacing.wait"].unit == "s"
     assert list(wait.explicit_bounds) == DURATION_BUCKETS
 
