@@ -45,6 +45,11 @@ the rules of the ``env`` tool (:mod:`fanloop.tools._secrets`: vendor tokens, bea
 credentials, URL passwords, key-like fields) plus the literal values of the environment's
 secret variables, so a credential in a prompt or a tool result does not reach the exporter.
 See ``docs/observability.md``.
+
+Metrics (token usage, operation duration, time to first chunk, tool duration, retries, pacing
+waits, runs, runs in flight, cost) come from a second observer, :class:`OpenTelemetryMetrics`
+(``MultiObserver(OpenTelemetryObserver(), OpenTelemetryMetrics())``); docs/observability.md
+lists its instruments.
 """
 
 from __future__ import annotations
@@ -80,7 +85,9 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("fanloop.otel needs OpenTelemetry: pip install 'fanloop[otel]'") from exc
 
-__all__ = ["OpenTelemetryObserver"]
+from ._otel_metrics import OpenTelemetryMetrics
+
+__all__ = ["OpenTelemetryMetrics", "OpenTelemetryObserver"]
 
 OPERATION = "gen_ai.operation.name"
 PROVIDER = "gen_ai.provider.name"
