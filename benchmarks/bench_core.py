@@ -90,26 +90,35 @@ class _EveryEvent(NullObserver):
 
 
 async def per_turn_metrics(repeats: int = 15) -> list[Row]:
-    """The per-turn loop with ``OpenTelemetryMetrics`` (docs/observability.md), in CPU time.
+    """The per-turn loop with OpenTelemetry (docs/observability.md), in CPU time.
 
-    Four agents on the same script, run in turn: no observer; an observer with an empty
+    Six agents on the same script, run in turn: no observer; an observer with an empty
     ``on_event`` (the events every such observer makes the loop build and dispatch);
     ``OpenTelemetryMetrics`` with no meter provider configured (the API's no-op meter: its
-    own cost, against the empty observer); and on an SDK ``MeterProvider`` with an in-memory
-    reader. CPU time of this process, not wall time, so other processes on a busy machine
-    move the figures less.
+    own cost, against the empty observer) and on an SDK ``MeterProvider`` with an in-memory
+    reader; ``OpenTelemetryObserver`` spans on an SDK ``TracerProvider`` (a simple processor
+    and an in-memory exporter), without and with content capture. CPU time of this process,
+    not wall time, so other processes on a busy machine move the figures less.
     """
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from fanloop.otel import OpenTelemetryMetrics
+    from fanloop.otel import OpenTelemetryMetrics, OpenTelemetryObserver
 
     sdk = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    spans = InMemorySpanExporter()
+    tracing = TracerProvider()
+    tracing.add_span_processor(SimpleSpanProcessor(spans))
     observers: dict[str, Any] = {
         "none": None,
         "empty": _EveryEvent(),
         "no-op": OpenTelemetryMetrics(),  # no global meter provider: the API's no-op meter
         "sdk": OpenTelemetryMetrics(sdk),
+        "spans": OpenTelemetryObserver(tracing),
+        "content": OpenTelemetryObserver(tracing, capture_content=True),
     }
     agents = {
         name: Agent(conversation_model(), tools=[noop], limits=Limits(max_turns=None), observer=obs)
@@ -124,7 +133,9 @@ async def per_turn_metrics(repeats: int = 15) -> list[Row]:
             result = await agent.run("go")
             times[name].append((time.process_time() - started) / (TURNS + 1))
             assert result.turns == TURNS + 1
+            spans.clear()  # the exporter keeps every span: memory, not the observer's cost
     sdk.shutdown()
+    tracing.shutdown()
     cpu = {name: statistics.median(values) * 1e6 for name, values in times.items()}
     workload = "50-turn tool conversation (ScriptedProvider), CPU time"
     return [
@@ -151,6 +162,21 @@ async def per_turn_metrics(repeats: int = 15) -> list[Row]:
             cpu["none"],
             "µs",
             "≤ 2.5×",
+        ),
+        Row(
+            f"{workload}: `OpenTelemetryObserver` spans on an SDK `TracerProvider` "
+            "(baseline: no observer)",
+            "per turn",
+            cpu["spans"],
+            cpu["none"],
+            "µs",
+        ),
+        Row(
+            f"{workload}: the same with `capture_content=True` (baseline: spans without content)",
+            "per turn",
+            cpu["content"],
+            cpu["spans"],
+            "µs",
         ),
     ]
 
