@@ -200,3 +200,26 @@ def test_masking_a_huge_value_scans_only_the_cap() -> None:
 def test_a_bad_cap_is_a_configuration_error(bad: Any) -> None:
     with pytest.raises(ConfigurationError, match="max_content_chars"):
         OpenTelemetryObserver(max_content_chars=bad)
+
+
+async def test_no_secret_reaches_a_metric_either() -> None:
+    """Spans with content and metrics on one run: the metrics' exported data (every attribute
+    of every point) holds no secret either."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from fanloop import MultiObserver
+    from fanloop.otel import OpenTelemetryMetrics
+
+    reader = InMemoryMetricReader()
+    meters = MeterProvider(metric_readers=[reader])
+    exporter, spans = traced(capture_content=True)
+    await run(MultiObserver(spans, OpenTelemetryMetrics(meters)), *script())
+    data = reader.get_metrics_data()
+    assert data is not None
+    exported = data.to_json() + "\n".join(s.to_json() for s in exporter.get_finished_spans())
+    assert "gen_ai.client.token.usage" in exported
+    for secret in (API_KEY, PASSWORD, API_KEY[:20], PASSWORD[:12]):
+        assert secret not in exported
+        assert json.dumps(secret)[1:-1] not in exported
+    meters.shutdown()
