@@ -210,7 +210,7 @@ async def test_an_sdk_client_is_used_and_left_open(server: FakeLLMServer) -> Non
     server.add("via the sdk")
     async with provider:
         assert (await provider.complete(request("hi"))).text == "via the sdk"
-    assert provider._client.max_retries == 0 and provider._client.timeout == 7.0
+    assert provider._client.sdk.max_retries == 0 and provider._client.sdk.timeout == 7.0
     assert sdk.max_retries != 0  # the caller's client is not changed
     assert not pool.is_closed
     await pool.aclose()

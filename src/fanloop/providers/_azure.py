@@ -29,7 +29,7 @@ import anyio
 import httpx2
 
 from ..errors import AuthenticationError, ConfigurationError, ProviderTimeout
-from ._endpoint import TRACE_HEADERS, Endpoint, _base_headers, _endpoint, _merge
+from ._endpoint import TRACE_HEADERS, WireEndpoint, _base_headers, _endpoint, _merge
 from ._http import HTTPProvider, Response, Transport, direct_transport
 
 __all__ = ["AzureTokenProvider", "azure_provider", "build_endpoint"]
@@ -53,8 +53,9 @@ def token_seconds(timeout: httpx2.Timeout) -> float:
 
 
 @dataclasses.dataclass(slots=True)
-class _TokenEndpoint(Endpoint):
-    """An :class:`Endpoint` whose bearer token comes from a callable before every request."""
+class _TokenEndpoint(WireEndpoint):
+    """A :class:`~fanloop.providers._endpoint.WireEndpoint` whose bearer token comes from a
+    callable before every request."""
 
     token_provider: AzureTokenProvider | None = None
 
@@ -124,7 +125,7 @@ def build_endpoint(
     transport: Transport,
     path: str,
     owner: str,
-) -> tuple[Endpoint, str]:
+) -> tuple[WireEndpoint, str]:
     """The Azure OpenAI endpoint of ``deployment`` for ``path``, and where its credential
     came from (for error messages).
 
@@ -162,7 +163,7 @@ def build_endpoint(
     built = _endpoint(url, path, headers, timeout, http_client, "Azure OpenAI", transport)
     if azure_ad_token_provider is None:
         return built, source
-    fields = {f.name: getattr(built, f.name) for f in dataclasses.fields(Endpoint)}
+    fields = {f.name: getattr(built, f.name) for f in dataclasses.fields(WireEndpoint)}
     return _TokenEndpoint(**fields, token_provider=azure_ad_token_provider), source
 
 
@@ -209,7 +210,7 @@ def azure_provider(
         owner=owner,
     )
     # Built with a placeholder OpenAI endpoint (it opens no pool before a request), replaced.
-    provider = cls(deployment, api_key="azure", base_url=str(endpoint.base_url), **options)  # type: ignore[call-arg]
+    provider = cls(deployment, api_key="azure", base_url=str(endpoint.base_url), **options)  # type: ignore[call-arg, arg-type]
     provider._client = endpoint
     provider._key_source = source
     return provider

@@ -1,5 +1,8 @@
 """Where a provider sends its requests, and with which headers: worked out once, at construction.
 
+Two kinds of :class:`~fanloop.providers._http.Endpoint`: a :class:`WireEndpoint` (fanloop's
+own) and an :class:`SDKEndpoint` (a vendor SDK client the user passed as ``client=``).
+
 A provider given no SDK client sends its prebuilt JSON straight to the connection pool: the
 vendor SDK is not imported at all (``import anthropic`` alone takes a second or more). The
 authentication, base URL and headers are the ones the SDK would use, read from the same
@@ -7,10 +10,15 @@ arguments and environment variables (see :func:`anthropic_endpoint` and
 :func:`openai_endpoint`). On an ``aiohttp`` pool a request is one call into ``aiohttp`` with
 the URL, headers and timeout prepared here; on an ``httpx`` pool (or a pool the user made) it
 is one ``build_request`` and one ``send``.
+
+A provider given an SDK client sends the same JSON through the client's low-level ``post()``
+(its own pool, authentication and, on Vertex AI and Bedrock, request signing) and translates
+the SDK's exceptions into fanloop's (:class:`SDKEndpoint`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
@@ -20,23 +28,34 @@ from typing import Any
 import httpx2
 
 from .._version import __version__
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, ProviderConnectionError, ProviderError, ProviderTimeout
+from ._connect import clip
 from ._http import (
     DEFAULT_TIMEOUT,
+    MALFORMED,
+    MAX_ERROR_BODY_BYTES,
+    MAX_ERROR_MESSAGE_CHARS,
+    HTTPProvider,
     Response,
     SDKErrors,
     Transport,
     create_pool,
     direct_transport,
+    log_status,
+    malformed,
     no_trust_context,
     ssl_context,
+    status_error,
+    transport_error,
 )
 from ._pools import LoopPools
+from ._wire import loads
 
 __all__ = [
     "ANTHROPIC_API_VERSION",
+    "SDKEndpoint",
     "TRACE_HEADERS",
-    "Endpoint",
+    "WireEndpoint",
     "anthropic_endpoint",
     "from_sdk_client",
     "openai_endpoint",
@@ -63,7 +82,7 @@ _HTTPX_DEFAULT_TIMEOUT = httpx2.Timeout(5.0)
 
 
 @dataclass(slots=True)
-class Endpoint:
+class WireEndpoint:
     """One provider's request target: URL, headers, timeout and connection pool(s).
 
     Attributes:
@@ -86,6 +105,23 @@ class Endpoint:
     pools: LoopPools | None
     wire_headers: dict[str, str]
     wire_timeout: httpx2.Timeout
+
+    async def post(self, provider: HTTPProvider, body: bytes, *, stream: bool) -> Response:
+        """POST ``body`` (always streamed: the provider reads the body up to its cap).
+
+        Raises:
+            httpx2.HTTPError: the request failed.
+            ConfigurationError: the pool passed as ``http_client`` was closed by its owner.
+        """
+        pool = await self.pool()
+        try:
+            return await self.send(pool, body)
+        except RuntimeError:
+            if pool.is_closed:  # a borrowed pool its owner closed
+                raise ConfigurationError(
+                    f"the http_client given to {type(provider).__name__} is closed"
+                ) from None
+            raise
 
     async def pool(self) -> httpx2.AsyncClient:
         """The pool for a request sent from the running event loop."""
@@ -138,7 +174,7 @@ class Endpoint:
             await self.pools.aclose()
 
     def __repr__(self) -> str:  # never the headers: they carry the key
-        return f"Endpoint({self.url!r})"
+        return f"WireEndpoint({self.url!r})"
 
 
 def _endpoint(
@@ -149,7 +185,7 @@ def _endpoint(
     http_client: httpx2.AsyncClient | None,
     vendor: str,
     transport: Transport,
-) -> Endpoint:
+) -> WireEndpoint:
     try:
         url = httpx2.URL(base_url)
     except (httpx2.InvalidURL, TypeError) as exc:
@@ -190,7 +226,7 @@ def _endpoint(
     wire_headers = dict(headers)
     if not any(name.lower() == "accept-encoding" for name in headers):
         wire_headers["Accept-Encoding"] = "gzip, deflate"
-    return Endpoint(
+    return WireEndpoint(
         base_url=url,
         url=str(target),
         headers=headers,
@@ -241,7 +277,7 @@ def anthropic_endpoint(
     timeout: httpx2.Timeout | float | None,
     default_headers: Mapping[str, str] | None,
     transport: Transport = "auto",
-) -> tuple[Endpoint, str]:
+) -> tuple[WireEndpoint, str]:
     """The Messages API endpoint, and where its key came from (for error messages).
 
     The key: ``api_key``, else ``ANTHROPIC_API_KEY``, else ``ANTHROPIC_AUTH_TOKEN``, sent as
@@ -297,7 +333,7 @@ def openai_endpoint(
     transport: Transport = "auto",
     path: str = "/chat/completions",
     owner: str = "OpenAIProvider",
-) -> tuple[Endpoint, str]:
+) -> tuple[WireEndpoint, str]:
     """An OpenAI endpoint (``path``: Chat Completions unless told), and where its key came
     from (for error messages; ``owner`` is the provider class they name).
 
@@ -330,6 +366,113 @@ def openai_endpoint(
     return _endpoint(url, path, headers, timeout, http_client, "OpenAI", transport), source
 
 
+# The SDK clients of Azure OpenAI, Vertex AI and Bedrock: they read the model from the body.
+_PLATFORM_CLIENTS = ("openai.lib.azure", "anthropic.lib.vertex", "anthropic.lib.bedrock")
+
+
+class SDKEndpoint:
+    """A vendor SDK client the user passed as ``client=``: requests go through its ``post()``,
+    and its exceptions come out as fanloop's.
+
+    Attributes:
+        sdk: the client (with fanloop's options: its retries off); never closed here.
+        errors: the SDK's exception classes.
+        path: the API path posted to (relative to the client's base URL).
+        json_body: whether the client gets the body as JSON data (``body=``) rather than
+            bytes: the clients of the cloud platforms (Azure, Vertex AI, Bedrock) route and sign
+            by the body.
+    """
+
+    __slots__ = ("errors", "json_body", "path", "sdk")
+
+    def __init__(self, sdk: Any, errors: SDKErrors, path: str) -> None:
+        self.sdk = sdk
+        self.errors = errors
+        self.path = path
+        self.json_body = type(sdk).__module__.startswith(_PLATFORM_CLIENTS)
+
+    async def post(self, provider: HTTPProvider, body: bytes, *, stream: bool) -> Response:
+        """POST ``body`` through the SDK client.
+
+        Raises:
+            ProviderError: what the SDK raised, translated (an HTTP error status included:
+                the SDK raises on any status but 2xx).
+            httpx2.TransportError: a connection failure the SDK let through.
+        """
+        errors = self.errors
+        name = provider.name
+        try:
+            if self.json_body:
+                response: httpx2.Response = await self.sdk.post(
+                    self.path, body=loads(body), cast_to=httpx2.Response, stream=stream
+                )
+            else:
+                response = await self.sdk.post(
+                    self.path, content=body, cast_to=httpx2.Response, stream=stream
+                )
+        except errors.status as exc:
+            raise _status_error(exc, provider) from None
+        except errors.timeout as exc:
+            raise ProviderTimeout(f"request timed out: {exc}", provider=name) from exc.__cause__
+        except errors.connection as exc:
+            cause = exc.__cause__
+            if isinstance(cause, httpx2.TransportError):
+                raise transport_error(cause, provider=name) from cause
+            raise ProviderConnectionError(
+                f"connection failed: {clip(str(cause or exc), 300)}", provider=name
+            ) from cause
+        except httpx2.DecodingError as exc:
+            # The SDK reads an error body whole; one that does not decode (or lists too many
+            # codings) fails inside its handling of the status.
+            failed = exc.__context__
+            if failed is not None and not isinstance(failed, httpx2.HTTPStatusError):
+                failed = failed.__context__  # the decoder's own error in between
+            if isinstance(failed, httpx2.HTTPStatusError):
+                error = status_error(
+                    failed.response.status_code,
+                    failed.response.headers,
+                    None,
+                    provider=name,
+                    key_source=provider._key_source,
+                )
+                log_status(error)
+                raise error from None
+            raise malformed(
+                exc, "the response cannot be decoded", provider=name, request_id=None
+            ) from None
+        except errors.base as exc:
+            raise ProviderError(clip(str(exc), MAX_ERROR_MESSAGE_CHARS), provider=name) from None
+        return response
+
+    async def aclose(self) -> None:
+        """Nothing: the client is the caller's."""
+
+
+def _status_error(exc: Any, provider: HTTPProvider) -> ProviderError:
+    """The error for an SDK's status exception ``exc``, from its response and body."""
+    response: httpx2.Response = exc.response
+    body: Any = getattr(exc, "body", None)
+    try:
+        content = response.content
+    except httpx2.ResponseNotRead:
+        content = b""
+    if len(content) > MAX_ERROR_BODY_BYTES:  # read whole by a pool without the hook
+        body = None
+    elif content:
+        with contextlib.suppress(ProviderError, *MALFORMED):
+            body = loads(content)
+    error = status_error(
+        response.status_code,
+        response.headers,
+        body,
+        provider=provider.name,
+        fallback_message=str(getattr(exc, "message", "")),
+        key_source=provider._key_source,
+    )
+    log_status(error)
+    return error
+
+
 def sdk_key_source(key: object, variables: tuple[str, ...], owner: str) -> str:
     """Where the key of an SDK client passed as ``client=`` came from, in words."""
     for variable in variables:
@@ -342,6 +485,8 @@ def from_sdk_client(
     client: Any,
     sdk_class: type[Any],
     *,
+    errors: SDKErrors,
+    path: str,
     key: Callable[[Any], object],
     variables: tuple[str, ...],
     owner: str,
@@ -350,9 +495,11 @@ def from_sdk_client(
     http_client: httpx2.AsyncClient | None,
     timeout: float | httpx2.Timeout | None,
     default_headers: dict[str, str] | None,
-) -> tuple[Any, str]:
-    """An SDK client passed as ``client=``, with fanloop's options (its retries off), and
-    where its key came from (``key`` reads it from the client; see :func:`sdk_key_source`).
+) -> tuple[SDKEndpoint, str]:
+    """The endpoint of an SDK client passed as ``client=`` (``errors``: its exception
+    classes; ``path``: the API path), the client with fanloop's options (its retries off),
+    and where its key came from (``key`` reads it from the client; see
+    :func:`sdk_key_source`).
 
     Raises:
         ConfigurationError: ``client`` is not a ``sdk_class``, or options that the client
@@ -372,4 +519,5 @@ def from_sdk_client(
         options["timeout"] = timeout
     if default_headers:
         options["default_headers"] = default_headers
-    return sdk.with_options(**options), sdk_key_source(key(sdk), variables, owner)
+    endpoint = SDKEndpoint(sdk.with_options(**options), errors, path)
+    return endpoint, sdk_key_source(key(sdk), variables, owner)

@@ -34,7 +34,6 @@ while idle is never reused (:mod:`~fanloop.providers._idle`).
 
 from __future__ import annotations
 
-import contextlib
 import email.utils
 import functools
 import importlib.util
@@ -44,7 +43,7 @@ import ssl
 import time
 import urllib.request
 import zlib
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeAlias
@@ -78,7 +77,6 @@ if TYPE_CHECKING:
     from ..pacing import Pacer
     from ..pacing._gate import PacedStream
     from ._aiohttp import AiohttpTransport
-    from ._endpoint import Endpoint
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -86,9 +84,11 @@ __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
     "DEFAULT_MAX_RESPONSE_BYTES",
     "DEFAULT_TIMEOUT",
+    "MALFORMED",
     "MAX_ERROR_BODY_BYTES",
     "MAX_ERROR_MESSAGE_CHARS",
     "MAX_RETRY_AFTER",
+    "Endpoint",
     "HTTPProvider",
     "ProviderStream",
     "SDKErrors",
@@ -97,6 +97,9 @@ __all__ = [
     "cap_error_body",
     "create_pool",
     "keepalive_options",
+    "log_status",
+    "malformed",
+    "mapped_errors",
     "no_trust_context",
     "parse_retry_after",
     "resolve_transport",
@@ -521,9 +524,9 @@ def _target(exc: BaseException) -> str:
     return f"{host}:{port}"
 
 
-_MALFORMED = (ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError)
+MALFORMED = (ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError)
 """What decoding a malformed payload raises (``Malformed`` and ``UnicodeDecodeError`` are
-value errors); always reported as :class:`~fanloop.errors.ResponseInvalid`."""
+value errors); reported as :class:`~fanloop.errors.ResponseInvalid` (:func:`mapped_errors`)."""
 
 
 def malformed(
@@ -534,12 +537,69 @@ def malformed(
     return ResponseInvalid(f"{what}: {detail}", provider=provider, request_id=request_id)
 
 
-def _own(error: ProviderError, provider: str, request_id: str | None) -> None:
-    """Fill in the provider and request id of ``error``, raised where they were unknown."""
-    if error.provider is None:
-        error.provider = provider
-    if error.request_id is None:
-        error.request_id = request_id
+class mapped_errors:  # a class, as contextlib.suppress is: a generator costs ~3x as much
+    """Raise whatever fails in the ``with`` block as a :class:`~fanloop.errors.ProviderError`:
+    the one place the providers translate errors (as ``httpx`` maps ``httpcore``'s).
+
+    - a :class:`~fanloop.errors.ProviderError` gets ``provider`` and ``request_id`` where it
+      has none (it was raised where they were unknown);
+    - an ``httpx2`` transport failure → :func:`transport_error` (chained from it);
+    - a body that does not decode (``httpx2.DecodingError``) →
+      :class:`~fanloop.errors.ResponseInvalid` saying ``undecodable``, when given;
+    - any other ``httpx2`` error (too many redirects; an undecodable body when
+      ``undecodable`` is not given) → a plain :class:`~fanloop.errors.ProviderError`;
+    - a malformed payload (:data:`MALFORMED`) → :class:`~fanloop.errors.ResponseInvalid`
+      saying ``invalid``, when given (else it propagates as it is).
+
+    Only ``Exception`` subclasses are translated: cancellation (``CancelledError``, ``anyio``'s
+    cancel exception), ``GeneratorExit`` and ``KeyboardInterrupt`` pass through untouched. An
+    endpoint brings its own exceptions into this vocabulary first: the ``aiohttp`` transport
+    raises ``httpx2``'s, an SDK endpoint raises ours (:class:`Endpoint`).
+    """
+
+    __slots__ = ("invalid", "provider", "request_id", "undecodable")
+
+    def __init__(
+        self,
+        provider: str,
+        request_id: str | None = None,
+        *,
+        undecodable: str | None = None,
+        invalid: str | None = None,
+    ) -> None:
+        self.provider = provider
+        self.request_id = request_id
+        self.undecodable = undecodable
+        self.invalid = invalid
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # Raised here, an error is chained to ``exc`` as if raised in an ``except`` clause.
+        if exc is None:
+            return
+        provider, request_id = self.provider, self.request_id
+        if isinstance(exc, ProviderError):
+            if exc.provider is None:
+                exc.provider = provider
+            if exc.request_id is None:
+                exc.request_id = request_id
+        elif isinstance(exc, httpx2.HTTPError):
+            if isinstance(exc, httpx2.TransportError):
+                raise transport_error(exc, provider=provider, request_id=request_id) from exc
+            if self.undecodable is not None and isinstance(exc, httpx2.DecodingError):
+                raise malformed(
+                    exc, self.undecodable, provider=provider, request_id=request_id
+                ) from None
+            raise ProviderError(_clip(str(exc)), provider=provider, request_id=request_id) from exc
+        elif self.invalid is not None and isinstance(exc, MALFORMED):
+            raise malformed(exc, self.invalid, provider=provider, request_id=request_id) from None
 
 
 async def cap_error_body(response: httpx2.Response, *, force: bool = False) -> None:
@@ -613,7 +673,8 @@ class Response(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class SDKErrors:
-    """The exception classes of one SDK that :class:`HTTPProvider` translates."""
+    """The exception classes of one SDK that its endpoint translates
+    (:class:`~fanloop.providers._endpoint.SDKEndpoint`)."""
 
     status: type[Exception]
     timeout: type[Exception]
@@ -621,8 +682,24 @@ class SDKErrors:
     base: type[Exception]
 
 
-# The SDK clients of Azure OpenAI, Vertex AI and Bedrock: they read the model from the body.
-_PLATFORM_CLIENTS = ("openai.lib.azure", "anthropic.lib.vertex", "anthropic.lib.bedrock")
+class Endpoint(Protocol):
+    """Where a provider's requests go. Two kinds:
+    :class:`~fanloop.providers._endpoint.WireEndpoint` (fanloop's own: the prebuilt body
+    straight to a connection pool) and :class:`~fanloop.providers._endpoint.SDKEndpoint` (a
+    vendor SDK client the user passed, through its ``post()``)."""
+
+    def post(self, provider: HTTPProvider, body: bytes, *, stream: bool) -> Awaitable[Response]:
+        """Send ``body`` for ``provider``: the response, its body not yet read.
+
+        Raises (when awaited) a :class:`~fanloop.errors.ProviderError` or an ``httpx2`` error
+        (:func:`mapped_errors` translates the latter); returns any HTTP status (an error
+        status is the provider's to read).
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Close what the endpoint made for itself (never what the user passed in)."""
+        ...
 
 
 class HTTPProvider:
@@ -631,32 +708,23 @@ class HTTPProvider:
     Subclasses set ``_path`` and ``_api`` and implement ``_encode`` (the request body),
     ``_decode`` (a non-streamed JSON response) and ``_parser`` (a streamed one).
 
-    ``client`` is an :class:`~fanloop.providers._endpoint.Endpoint` (requests go straight to
-    the connection pool) or a vendor SDK client the user passed (requests go through its
-    ``post()``, and ``sdk_errors`` names its exception classes).
+    ``client`` is the :class:`Endpoint` requests are sent to (kept as ``_client``).
     """
 
     name: str
     model: str
     _path: ClassVar[str]
     _api: ClassVar[str]
-    _sdk_json: bool = False
-    """Whether an SDK client gets the body as JSON data (``body=``) rather than bytes: the
-    clients of the cloud platforms (Azure, Vertex AI, Bedrock) route and sign by the body."""
 
     def __init__(
         self,
-        client: Any,
+        client: Endpoint,
         *,
-        sdk_errors: SDKErrors | None = None,
         key_source: str | None = None,
         limits: WireLimits | None = None,
         pacing: Pacer | None = None,
     ) -> None:
         self._client = client
-        self._errors = sdk_errors
-        if sdk_errors is not None and type(client).__module__.startswith(_PLATFORM_CLIENTS):
-            self._sdk_json = True
         self._key_source = key_source
         self._closed = False  # aclose() was called and no request has been sent since
         self.limits = limits or WireLimits()
@@ -678,8 +746,7 @@ class HTTPProvider:
         (``asyncio.run()``, ``anyio.run()``).
         """
         self._closed = True
-        if self._errors is None:
-            await self._client.aclose()
+        await self._client.aclose()
 
     async def __aenter__(self) -> HTTPProvider:
         return self
@@ -722,24 +789,10 @@ class HTTPProvider:
         response = await self._post(body, stream=True)
         request_id = _request_id(response.headers)
         raw = await self._read_body(response, request_id)
-        try:
+        with mapped_errors(self.name, request_id, invalid="the response body is not JSON"):
             data = loads(raw[3:] if raw[:3] == b"\xef\xbb\xbf" else raw)
-        except ValueError as exc:
-            raise malformed(
-                exc, "the response body is not JSON", provider=self.name, request_id=request_id
-            ) from None
-        except ProviderError as exc:
-            _own(exc, self.name, request_id)
-            raise
-        try:
+        with mapped_errors(self.name, request_id, invalid="malformed response"):
             return self._decode(data, request_id)
-        except ProviderError as exc:
-            _own(exc, self.name, request_id)
-            raise
-        except _MALFORMED as exc:
-            raise malformed(
-                exc, "malformed response", provider=self.name, request_id=request_id
-            ) from None
 
     async def _read_body(self, response: Response, request_id: str | None) -> bytes:
         """The (decoded) body, at most ``max_response_bytes`` of it."""
@@ -747,32 +800,26 @@ class HTTPProvider:
         parts: list[bytes] = []
         size = 0
         try:
-            length = response.headers.get("content-length", "")
-            if length.isdigit():
-                if len(length) > 20 or int(length) > limit:
-                    raise self._too_large(request_id)
-                read_framed = getattr(response, "read_framed", None)
-                if read_framed is not None and (whole := await read_framed()) is not None:
-                    return whole  # type: ignore[no-any-return]
-            clock = time.monotonic
-            turn_ends = clock() + _FAIR_SHARE
-            async for chunk in response.aiter_bytes():
-                size += len(chunk)
-                if size > limit:
-                    raise self._too_large(request_id)
-                parts.append(chunk)
-                if clock() > turn_ends:  # decoded chunks of one read come without a pause
-                    await anyio.lowlevel.checkpoint()
-                    turn_ends = clock() + _FAIR_SHARE
-        except httpx2.DecodingError as exc:
-            raise malformed(
-                exc,
-                "the response body cannot be decoded",
-                provider=self.name,
-                request_id=request_id,
-            ) from None
-        except httpx2.TransportError as exc:
-            raise transport_error(exc, provider=self.name, request_id=request_id) from exc
+            with mapped_errors(
+                self.name, request_id, undecodable="the response body cannot be decoded"
+            ):
+                length = response.headers.get("content-length", "")
+                if length.isdigit():
+                    if len(length) > 20 or int(length) > limit:
+                        raise self._too_large(request_id)
+                    read_framed = getattr(response, "read_framed", None)
+                    if read_framed is not None and (whole := await read_framed()) is not None:
+                        return whole  # type: ignore[no-any-return]
+                clock = time.monotonic
+                turn_ends = clock() + _FAIR_SHARE
+                async for chunk in response.aiter_bytes():
+                    size += len(chunk)
+                    if size > limit:
+                        raise self._too_large(request_id)
+                    parts.append(chunk)
+                    if clock() > turn_ends:  # decoded chunks of one read come without a pause
+                        await anyio.lowlevel.checkpoint()
+                        turn_ends = clock() + _FAIR_SHARE
         finally:
             await response.aclose()
         return b"".join(parts)
@@ -803,39 +850,21 @@ class HTTPProvider:
 
     async def _post(self, body: bytes, *, stream: bool) -> Response:
         """Send ``body``; the response, its body not yet read (errors raised as ours)."""
-        if self._errors is not None:
-            return await self._checked(await self._post_sdk(body, stream=stream))
-        endpoint: Endpoint = self._client
         if self._closed:
             self._closed = False
-        pool = await endpoint.pool()
-        try:
-            response = await endpoint.send(pool, body)
-        except httpx2.TransportError as exc:
-            raise transport_error(exc, provider=self.name) from exc
-        except httpx2.HTTPError as exc:  # e.g. too many redirects
-            raise ProviderError(_clip(str(exc)), provider=self.name) from exc
-        except RuntimeError:
-            if pool.is_closed:  # a borrowed pool its owner closed
-                raise ConfigurationError(
-                    f"the http_client given to {type(self).__name__} is closed"
-                ) from None
-            raise
+        with mapped_errors(self.name):
+            response = await self._client.post(self, body, stream=stream)
         if not 200 <= response.status_code < 300:  # as the SDKs: anything else fails
             raise await self._status_failure(response)
-        return await self._checked(response)
-
-    async def _checked(self, response: Response) -> Response:
-        """``response``, unless its ``Content-Encoding`` lists more codings than accepted: then
-        it is closed and the error raised (:func:`~fanloop.providers._wire.content_codings`)."""
         headers = response.headers
         if "content-encoding" in headers:
-            try:
-                content_codings(_values(headers, "content-encoding"))
-            except ResponseTooLarge as exc:
-                await response.aclose()
-                _own(exc, self.name, _request_id(headers))
-                raise
+            # More codings than accepted: closed, and the error raised.
+            with mapped_errors(self.name, _request_id(headers)):
+                try:
+                    content_codings(_values(headers, "content-encoding"))
+                except ResponseTooLarge:
+                    await response.aclose()
+                    raise
         return response
 
     async def _status_failure(self, response: Response) -> ProviderError:
@@ -844,7 +873,7 @@ class HTTPProvider:
             await cap_error_body(response, force=True)  # not capped by our pools' hook
         try:
             content = await _read_capped(response, MAX_ERROR_BODY_BYTES)
-        except (httpx2.HTTPError, *_MALFORMED):
+        except (httpx2.HTTPError, *MALFORMED):
             content = b""
         finally:
             await response.aclose()
@@ -853,7 +882,7 @@ class HTTPProvider:
         if content:
             try:
                 body = loads(content[3:] if content[:3] == b"\xef\xbb\xbf" else content)
-            except (ProviderError, *_MALFORMED):
+            except (ProviderError, *MALFORMED):
                 body = content.decode("utf-8", "replace")
             if not isinstance(body, dict):
                 fallback = f"HTTP {response.status_code}: {_clip(str(body), 500)}"
@@ -872,80 +901,7 @@ class HTTPProvider:
             fallback_message=fallback,
             key_source=self._key_source,
         )
-        _log_status(error)
-        return error
-
-    async def _post_sdk(self, body: bytes, *, stream: bool) -> httpx2.Response:
-        errors = self._errors
-        assert errors is not None
-        try:
-            if self._sdk_json:
-                response: httpx2.Response = await self._client.post(
-                    self._path, body=loads(body), cast_to=httpx2.Response, stream=stream
-                )
-            else:
-                response = await self._client.post(
-                    self._path, content=body, cast_to=httpx2.Response, stream=stream
-                )
-        except errors.status as exc:
-            raise self._from_status(exc) from None
-        except errors.timeout as exc:
-            raise ProviderTimeout(
-                f"request timed out: {exc}", provider=self.name
-            ) from exc.__cause__
-        except errors.connection as exc:
-            cause = exc.__cause__
-            if isinstance(cause, httpx2.TransportError):
-                raise transport_error(cause, provider=self.name) from cause
-            raise ProviderConnectionError(
-                f"connection failed: {_clip(str(cause or exc), 300)}", provider=self.name
-            ) from cause
-        except httpx2.TransportError as exc:
-            raise transport_error(exc, provider=self.name) from exc
-        except httpx2.DecodingError as exc:
-            # The SDK reads an error body whole; one that does not decode (or lists too many
-            # codings) fails inside its handling of the status.
-            failed = exc.__context__
-            if failed is not None and not isinstance(failed, httpx2.HTTPStatusError):
-                failed = failed.__context__  # the decoder's own error in between
-            if isinstance(failed, httpx2.HTTPStatusError):
-                error = status_error(
-                    failed.response.status_code,
-                    failed.response.headers,
-                    None,
-                    provider=self.name,
-                    key_source=self._key_source,
-                )
-                _log_status(error)
-                raise error from None
-            raise malformed(
-                exc, "the response cannot be decoded", provider=self.name, request_id=None
-            ) from None
-        except errors.base as exc:
-            raise ProviderError(_clip(str(exc)), provider=self.name) from None
-        return response
-
-    def _from_status(self, exc: Any) -> ProviderError:
-        response: httpx2.Response = exc.response
-        body: Any = getattr(exc, "body", None)
-        try:
-            content = response.content
-        except httpx2.ResponseNotRead:
-            content = b""
-        if len(content) > MAX_ERROR_BODY_BYTES:  # read whole by a pool without the hook
-            body = None
-        elif content:
-            with contextlib.suppress(ProviderError, *_MALFORMED):
-                body = loads(content)
-        error = status_error(
-            response.status_code,
-            response.headers,
-            body,
-            provider=self.name,
-            fallback_message=str(getattr(exc, "message", "")),
-            key_source=self._key_source,
-        )
-        _log_status(error)
+        log_status(error)
         return error
 
 
@@ -960,7 +916,7 @@ async def _read_capped(response: Response, limit: int) -> bytes:
     return b"".join(parts)
 
 
-def _log_status(error: ProviderError) -> None:
+def log_status(error: ProviderError) -> None:
     logger.debug(
         "provider_http_error",
         provider=error.provider,
@@ -1034,7 +990,12 @@ class ProviderStream:
         chunks = response.aiter_bytes()
         clock = time.monotonic
         turn_ends = clock() + _FAIR_SHARE
-        try:
+        with mapped_errors(
+            name,
+            request_id,
+            undecodable="the response stream cannot be decoded",
+            invalid="malformed response stream",  # a malformed frame
+        ):
             async for chunk in chunks:
                 budget -= len(chunk)
                 if budget < 0:
@@ -1064,19 +1025,6 @@ class ProviderStream:
                 else:
                     await _drain(chunks)
             final = parser.finish()
-        except httpx2.DecodingError as exc:
-            raise malformed(
-                exc, "the response stream cannot be decoded", provider=name, request_id=request_id
-            ) from None
-        except httpx2.TransportError as exc:
-            raise transport_error(exc, provider=name, request_id=request_id) from exc
-        except ProviderError as exc:
-            _own(exc, name, request_id)
-            raise
-        except _MALFORMED as exc:  # a malformed frame
-            raise malformed(
-                exc, "malformed response stream", provider=name, request_id=request_id
-            ) from None
         yield final
 
 

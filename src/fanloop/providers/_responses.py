@@ -68,6 +68,7 @@ from ._http import (
     DEFAULT_MAX_BLOCKS,
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_MAX_RESPONSE_BYTES,
+    Endpoint,
     HTTPProvider,
     Transport,
     WireLimits,
@@ -226,12 +227,15 @@ class OpenAIResponsesProvider(HTTPProvider):
         self._effort = reasoning_effort
         self._summary = reasoning_summary
         self._extra_body = dict(extra_body or {})
+        endpoint: Endpoint
         if client is not None:
             import openai as sdk_module
 
-            sdk, source = from_sdk_client(
+            endpoint, source = from_sdk_client(
                 client,
                 sdk_module.AsyncOpenAI,
+                errors=openai_sdk_errors(),
+                path=self._path,
                 key=lambda sdk: sdk.api_key,
                 variables=("OPENAI_API_KEY",),
                 owner="OpenAIResponsesProvider",
@@ -240,9 +244,6 @@ class OpenAIResponsesProvider(HTTPProvider):
                 http_client=http_client,
                 timeout=timeout,
                 default_headers=default_headers,
-            )
-            super().__init__(
-                sdk, sdk_errors=openai_sdk_errors(), key_source=source, limits=limits, pacing=pacing
             )
         else:
             endpoint, source = openai_endpoint(
@@ -256,7 +257,7 @@ class OpenAIResponsesProvider(HTTPProvider):
                 path=self._path,
                 owner="OpenAIResponsesProvider",
             )
-            super().__init__(endpoint, key_source=source, limits=limits, pacing=pacing)
+        super().__init__(endpoint, key_source=source, limits=limits, pacing=pacing)
         self._messages: MessageCache[Message] = MessageCache(self._render_message)
         self._tools = ToolsCache()
         # The parts each turn this provider made was given, by its origin (while it lives): a

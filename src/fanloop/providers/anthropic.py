@@ -50,12 +50,13 @@ from ..messages import (
     media_base64,
 )
 from ._citations import ANTHROPIC_TYPES, anthropic_citation, anthropic_citations, progress
-from ._endpoint import anthropic_endpoint, from_sdk_client
+from ._endpoint import SDKEndpoint, anthropic_endpoint, from_sdk_client
 from ._eventstream import EventStreamDecoder
 from ._http import (
     DEFAULT_MAX_BLOCKS,
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_MAX_RESPONSE_BYTES,
+    Endpoint,
     FrameDecoder,
     HTTPProvider,
     SDKErrors,
@@ -144,11 +145,15 @@ def _from_client(
     http_client: httpx2.AsyncClient | None,
     timeout: float | httpx2.Timeout | None,
     default_headers: dict[str, str] | None,
-) -> tuple[Any, str]:
-    """``client`` with fanloop's options (its retries off), and where its key came from."""
+    path: str,
+) -> tuple[SDKEndpoint, str]:
+    """The endpoint of ``client`` (with fanloop's options: its retries off), and where its
+    key came from."""
     return from_sdk_client(
         client,
         _client_class(client),
+        errors=_sdk_errors(),
+        path=path,
         key=lambda sdk: getattr(sdk, "api_key", None) or getattr(sdk, "auth_token", None),
         variables=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
         owner="AnthropicProvider",
@@ -269,14 +274,12 @@ class AnthropicProvider(HTTPProvider):
         self.name = "anthropic"
         self.model = model
         self._extra_body = dict(extra_body or {})
+        endpoint: Endpoint
         if client is not None:
-            sdk, source = _from_client(
-                client, api_key, base_url, http_client, timeout, default_headers
+            endpoint, source = _from_client(
+                client, api_key, base_url, http_client, timeout, default_headers, self._path
             )
-            super().__init__(
-                sdk, sdk_errors=_sdk_errors(), key_source=source, limits=limits, pacing=pacing
-            )
-            self._bedrock = type(sdk).__module__.startswith("anthropic.lib.bedrock")
+            self._bedrock = type(endpoint.sdk).__module__.startswith("anthropic.lib.bedrock")
         else:
             endpoint, source = anthropic_endpoint(
                 api_key=api_key,
@@ -286,7 +289,7 @@ class AnthropicProvider(HTTPProvider):
                 default_headers=default_headers,
                 transport=transport,
             )
-            super().__init__(endpoint, key_source=source, limits=limits, pacing=pacing)
+        super().__init__(endpoint, key_source=source, limits=limits, pacing=pacing)
         self._messages: MessageCache[Message] = MessageCache(self._render_message)
         self._tools = ToolsCache()
         self._caching = prompt_caching

@@ -55,6 +55,7 @@ from ._http import (
     DEFAULT_MAX_BLOCKS,
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_MAX_RESPONSE_BYTES,
+    Endpoint,
     HTTPProvider,
     Transport,
     WireLimits,
@@ -111,13 +112,17 @@ def _from_client(
     http_client: httpx2.AsyncClient | None,
     timeout: float | httpx2.Timeout | None,
     default_headers: dict[str, str] | None,
-) -> tuple[Any, str]:
-    """``client`` with fanloop's options (its retries off), and where its key came from."""
+    path: str,
+) -> tuple[Endpoint, str]:
+    """The endpoint of ``client`` (with fanloop's options: its retries off), and where its
+    key came from."""
     import openai
 
     return from_sdk_client(
         client,
         openai.AsyncOpenAI,
+        errors=openai_sdk_errors(),
+        path=path,
         key=lambda sdk: sdk.api_key,
         variables=("OPENAI_API_KEY",),
         owner="OpenAIProvider",
@@ -228,12 +233,10 @@ class OpenAIProvider(HTTPProvider):
         self._extra_body = dict(extra_body or {})
         _check_choices(self._extra_body, "extra_body")
         self.send_reasoning = send_reasoning
+        endpoint: Endpoint
         if client is not None:
-            sdk, source = _from_client(
-                client, api_key, base_url, http_client, timeout, default_headers
-            )
-            super().__init__(
-                sdk, sdk_errors=openai_sdk_errors(), key_source=source, limits=limits, pacing=pacing
+            endpoint, source = _from_client(
+                client, api_key, base_url, http_client, timeout, default_headers, self._path
             )
         else:
             endpoint, source = openai_endpoint(
@@ -245,7 +248,7 @@ class OpenAIProvider(HTTPProvider):
                 name=name,
                 transport=transport,
             )
-            super().__init__(endpoint, key_source=source, limits=limits, pacing=pacing)
+        super().__init__(endpoint, key_source=source, limits=limits, pacing=pacing)
         self._messages: MessageCache[Message] = MessageCache(self._render_message)
         self._tools = ToolsCache()
 
