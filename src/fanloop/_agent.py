@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextvars
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
 from types import MappingProxyType, UnionType
@@ -30,29 +30,25 @@ from ._agent_config import (
     tool_spec,
     tools_async,
 )
-from ._approvals import check_no_pending
 from ._config import DEFAULT_CONTEXT, NO_CONCURRENCY, Concurrency, ContextPolicy
-from ._dispatch import Emitter, build_table
+from ._dispatch import build_table
 from ._fanout import LimiterPool
-from ._log import bind, logger, unbind
-from ._loop import run_loop
 from ._migrants import AGENT_NAMES, MOVED_AGENT_NAMES, RUN_NAMES, refuse_migrant_names
 from ._model import Invoker, make_invoker
 from ._model_types import HostedTool, OutputFormat, ToolSpec
 from ._output import OutputMode, OutputSpec, OutputValidator
 from ._parked import resumed
-from ._result import OutputT, RunResult, TerminationReason
+from ._result import OutputT, RunResult
 from ._retry import RetryPolicy
-from ._run import CLEANUP_GRACE, RunState
-from ._scope import enter_run, leave_run
-from ._session_budget import record_spend, remaining_limits
+from ._run import RunState
+from ._runner import Prompt, SystemFn, run_with_deadline, start_run
 from ._settings import NO_SETTINGS, ModelSettings, check_settings
 from .catalog import model_info
-from .errors import ConfigurationError, ProviderError
-from .events import Event, RunFinished, RunStarted
-from .limits import Budget, Limits
-from .messages import DocumentPart, ImagePart, Message, TextPart
-from .observers import ConversationContext, ConversationSummary, Hooks, LoopObserver
+from .errors import ConfigurationError
+from .events import Event
+from .limits import Limits
+from .messages import Message
+from .observers import Hooks, LoopObserver
 from .tools.base import Tool
 
 if TYPE_CHECKING:
@@ -66,15 +62,6 @@ __all__ = ["Agent", "ConfirmFn"]
 ConfirmFn = Callable[..., "Awaitable[bool | str | object] | bool | str | object"]
 """``confirm(name, preview)`` or ``confirm(name, preview, call)``, sync or async: ``True``,
 ``False``, a reason string, or :data:`fanloop.DEFER`."""
-PromptPart = str | TextPart | ImagePart | DocumentPart
-Prompt = PromptPart | Message | Sequence[PromptPart]
-"""What a run starts from: text, or text, images and PDF documents in order (plain strings in a
-sequence become text parts), or a whole user :class:`~fanloop.messages.Message`."""
-
-SystemFn = Callable[..., "str | Awaitable[str | None] | None"]
-"""``system(ctx) -> str``, sync or async: a system prompt made at each run's start from its
-:class:`~fanloop.RunContext` (``ctx.deps``, ``ctx.run_id``...)."""
-
 DepsT = TypeVar("DepsT", default=Any)
 """The type of ``deps`` the agent's tools receive in their :class:`RunContext`."""
 
@@ -724,202 +711,30 @@ class Agent(Generic[DepsT, OutputT]):
                 model_settings=model_settings,
                 label=label,
             )
-        settings = self.model_settings
-        if model_settings is not None:  # checked before anything happens
-            settings = settings.merge(as_settings(model_settings))
-            check_settings(
-                settings, self._provider, [*self.tools, *(h.kind for h in self.hosted_tools)]
-            )
-        if session is not None and messages is not None:
-            raise ConfigurationError("pass messages= or session=, not both")
-        if session is not None and before is None:
-            check_no_pending(session)
-        history = list(session.messages if session is not None else messages or ())
-        if parent is None:  # a session with a budget of its own tightens the run's limits
-            limits = remaining_limits(session, self.limits)
-            budget = Budget(limits)
-            path: tuple[str, ...] = (self.name,)
-            parent_emitter = None
-        else:
-            budget = parent.budget
-            path = (*parent.emitter.path, label or self.name)
-            parent_emitter = parent.emitter
-        emitter = Emitter(
-            self._table, path=path, parent_call_id=parent_call_id, send=send, parent=parent_emitter
-        )
-        run = RunState(
+        return await start_run(
             self,
-            emitter,
-            budget,
-            messages=history,
+            prompt,
+            messages=messages,
             session=session,
-            deps=deps if deps is not None or parent is None else parent.deps,
-            depth=0 if parent is None else parent.depth + 1,
+            deps=deps,
+            send=send,
             parent=parent,
+            parent_call_id=parent_call_id,
+            before=before,
+            model_settings=model_settings,
+            label=label,
         )
-        if settings is not self.model_settings:
-            run.settings = settings
-            run.max_tokens = settings.max_tokens or self.max_tokens
-        current = enter_run(run)
-        try:
-            if callable(self.system):
-                run.system = await _dynamic_system(self.system, run)
-            log_tokens = bind(run_id=run.run_id, agent_path="/".join(path))
-            try:
-                return await self._run_observed(run, prompt, before, parent is None, session)
-            finally:
-                unbind(log_tokens)
-        finally:
-            leave_run(current)
-
-    async def _run_observed(
-        self,
-        run: RunState,
-        prompt: Prompt | None,
-        before: Callable[[RunState], Awaitable[RunResult | None]] | None,
-        root: bool,
-        session: Session | None,
-    ) -> RunResult[Any]:
-        emitter = run.emitter
-        observer = self.observer if root else None
-        result: RunResult | None = None
-        error: BaseException | None = None
-        with observer.conversation() if observer is not None else nullcontext():
-            if observer is not None:
-                _notify(
-                    observer,
-                    "on_conversation_start",
-                    ConversationContext(
-                        run.run_id,
-                        self.name,
-                        self.provider_name,
-                        self.model,
-                        self.limits,
-                        session.id if session is not None else None,
-                    ),
-                )
-            try:
-                await emitter.emit(
-                    RunStarted(run.run_id, self.name, self.model, self.provider_name)
-                )
-                if before is not None:
-                    result = await before(run)
-                if result is None:
-                    if prompt is not None:
-                        await run.append(_user_message(prompt))
-                    result = await self._loop(run, deadline=root)
-            except ProviderError as exc:
-                error = exc
-                result = run.result(TerminationReason.PROVIDER_ERROR, detail=str(exc))
-                exc.partial = result
-                raise
-            except anyio.get_cancelled_exc_class() as exc:
-                error = exc
-                result = run.result(TerminationReason.CANCELLED, detail="the run was cancelled")
-                exc.partial = result  # type: ignore[attr-defined]
-                raise
-            except BaseException as exc:
-                error = exc
-                result = run.result(TerminationReason.UNKNOWN, detail=repr(exc))
-                logger.exception("run_failed")
-                raise
-            finally:
-                assert result is not None
-                logger.debug(
-                    "run_finished",
-                    reason=str(result.termination_reason),
-                    turns=result.turns,
-                    tool_calls=result.tool_calls,
-                )
-                # Shielded so a cancelled run still reports how it ended, but only for a grace
-                # period: a consumer that never returns cannot make the run uncancellable.
-                with anyio.move_on_after(FINAL_EVENT_GRACE, shield=True):
-                    if root:
-                        await record_spend(session, result)
-                    await emitter.emit(RunFinished(result, error))
-                if observer is not None:
-                    _notify(
-                        observer,
-                        "on_conversation_end",
-                        ConversationSummary(
-                            run.run_id,
-                            result.termination_reason,
-                            result.turns,
-                            result.usage,
-                            result.elapsed,
-                            result.tool_calls,
-                            error,
-                        ),
-                    )
-        return result
 
     async def _loop(self, run: RunState, *, deadline: bool) -> RunResult[Any]:
-        timeout = self.limits.timeout
-        if not deadline or timeout is None:
-            return await run_loop(run)
-        result: RunResult | None = None
-        with anyio.CancelScope(deadline=run.set_deadline(timeout)):
-            result = await run_loop(run)
-        if result is None:
-            return run.result(
-                TerminationReason.DEADLINE, detail=f"the run passed its {timeout:g} s deadline"
-            )
-        return result
+        """The loop of ``run``, under the agent's ``timeout`` when ``deadline`` is set."""
+        return await run_with_deadline(run, deadline=deadline)
 
 
 Agent._subagent_class = Agent
 
 _AUTO_TOOLS = AUTO_TOOLS  # the name fanloop.ui reads
 
-FINAL_EVENT_GRACE = CLEANUP_GRACE
-"""Seconds the final ``run_finished`` event may take to deliver once the run is cancelled."""
-
-
-def _user_message(prompt: Prompt) -> Message:
-    if isinstance(prompt, Message):
-        return prompt
-    if isinstance(prompt, str):
-        return Message.user(prompt)
-    if isinstance(prompt, TextPart | ImagePart | DocumentPart):
-        return Message(role="user", content=(prompt,))
-    if isinstance(prompt, bytes | bytearray):
-        raise ConfigurationError("a prompt cannot be bytes: wrap an image in ImagePart(data=...)")
-    content: list[TextPart | ImagePart | DocumentPart] = []
-    for item in prompt:
-        if isinstance(item, str):
-            content.append(TextPart(text=item))
-        elif isinstance(item, TextPart | ImagePart | DocumentPart):
-            content.append(item)
-        else:
-            raise ConfigurationError(
-                "a prompt is a string or a sequence of strings, TextPart, ImagePart and "
-                f"DocumentPart, not one holding {type(item).__name__}"
-            )
-    return Message(role="user", content=tuple(content))
-
-
-async def _dynamic_system(fn: SystemFn, run: RunState) -> str | None:
-    """The system prompt of a run whose ``system`` is a function of its context."""
-    text = fn(run.context(what="system"))
-    if inspect.isawaitable(text):
-        text = await text
-    if text is not None and not isinstance(text, str):
-        raise ConfigurationError(f"the system function returned {type(text).__name__}, not str")
-    parts = [p for p in (text, run.system) if p]
-    return "\n\n".join(parts) or None
-
-
 _overrides: contextvars.ContextVar[Mapping[int, Agent[Any, Any]]] = contextvars.ContextVar(
     "fanloop_agent_overrides", default=MappingProxyType({})
 )
 """``Agent.override``: id of the agent -> the agent its runs use (copied on write)."""
-
-
-def _notify(observer: LoopObserver, name: str, arg: Any) -> None:
-    fn = getattr(observer, name, None)
-    if fn is None:
-        return
-    try:
-        fn(arg)
-    except Exception:
-        logger.exception("callback_failed", owner=type(observer).__name__, callback=name)

@@ -7,13 +7,13 @@ that moved are refused by :mod:`fanloop._migrants` (docs/reference.md, "Agent ar
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._model_types import HostedTool, OutputFormat, ToolSpec
 from ._output import FINAL_TOOL, OutputSpec
 from ._retry import RetryPolicy
-from ._settings import ModelSettings
+from ._settings import as_settings
 from .errors import ConfigurationError
 from .limits import Limits
 from .tools.base import FunctionTool, Tool, tool
@@ -182,12 +182,3 @@ def output_format(spec: OutputSpec) -> OutputFormat:
     from .providers._schema import schema_name
 
     return OutputFormat(name=schema_name(spec.name), json_schema=spec.parameters)
-
-
-def as_settings(value: Any) -> ModelSettings:
-    """``model_settings=``: a :class:`~fanloop.ModelSettings`, or a mapping of its fields."""
-    if isinstance(value, ModelSettings):
-        return value
-    if isinstance(value, Mapping):
-        return ModelSettings(**value)
-    raise ConfigurationError(f"model_settings must be a ModelSettings, not {type(value).__name__}")

@@ -167,6 +167,15 @@ NO_SETTINGS = ModelSettings()
 """Settings that set nothing: the agent's when it is given none (frozen, so shared)."""
 
 
+def as_settings(value: Any) -> ModelSettings:
+    """``model_settings=``: a :class:`~fanloop.ModelSettings`, or a mapping of its fields."""
+    if isinstance(value, ModelSettings):
+        return value
+    if isinstance(value, Mapping):
+        return ModelSettings(**value)
+    raise ConfigurationError(f"model_settings must be a ModelSettings, not {type(value).__name__}")
+
+
 def unsupported_settings(settings: ModelSettings | None, provider: Any) -> list[str]:
     """The fields ``settings`` sets that ``provider`` does not declare it honours.
 
