@@ -3,13 +3,14 @@ wall time of a 32-call fan-out. Run: ``python benchmarks/bench_core.py``."""
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Any
 
 import anyio
 
 from _common import Row, median_time, table, write
-from fanloop import Agent, Delegation, Limits, tool
+from fanloop import Agent, Delegation, Limits, NullObserver, tool
 from fanloop.messages import Message, ToolResultPart
 from fanloop.providers import ModelRequest, ModelResponse, ToolSpec
 from fanloop.testing import ScriptedProvider, call, reply
@@ -81,6 +82,105 @@ async def per_turn(repeats: int = 15) -> Row:
     )
 
 
+class _EveryEvent(NullObserver):
+    """An observer with an empty ``on_event``: what any event-fed observer costs the loop."""
+
+    def on_event(self, event: object) -> None:
+        pass
+
+
+async def per_turn_metrics(repeats: int = 15) -> list[Row]:
+    """The per-turn loop with OpenTelemetry (docs/observability.md), in CPU time.
+
+    Six agents on the same script, run in turn: no observer; an observer with an empty
+    ``on_event`` (the events every such observer makes the loop build and dispatch);
+    ``OpenTelemetryMetrics`` with no meter provider configured (the API's no-op meter: its
+    own cost, against the empty observer) and on an SDK ``MeterProvider`` with an in-memory
+    reader; ``OpenTelemetryObserver`` spans on an SDK ``TracerProvider`` (a simple processor
+    and an in-memory exporter), without and with content capture. CPU time of this process,
+    not wall time, so other processes on a busy machine move the figures less.
+    """
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from fanloop.otel import OpenTelemetryMetrics, OpenTelemetryObserver
+
+    sdk = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    spans = InMemorySpanExporter()
+    tracing = TracerProvider()
+    tracing.add_span_processor(SimpleSpanProcessor(spans))
+    observers: dict[str, Any] = {
+        "none": None,
+        "empty": _EveryEvent(),
+        "no-op": OpenTelemetryMetrics(),  # no global meter provider: the API's no-op meter
+        "sdk": OpenTelemetryMetrics(sdk),
+        "spans": OpenTelemetryObserver(tracing),
+        "content": OpenTelemetryObserver(tracing, capture_content=True),
+    }
+    agents = {
+        name: Agent(conversation_model(), tools=[noop], limits=Limits(max_turns=None), observer=obs)
+        for name, obs in observers.items()
+    }
+    times: dict[str, list[float]] = {name: [] for name in agents}
+    for agent in agents.values():  # warm up
+        await agent.run("go")
+    for _ in range(repeats):  # interleaved, so drift hits all four alike
+        for name, agent in agents.items():
+            started = time.process_time()
+            result = await agent.run("go")
+            times[name].append((time.process_time() - started) / (TURNS + 1))
+            assert result.turns == TURNS + 1
+            spans.clear()  # the exporter keeps every span: memory, not the observer's cost
+    sdk.shutdown()
+    tracing.shutdown()
+    cpu = {name: statistics.median(values) * 1e6 for name, values in times.items()}
+    workload = "50-turn tool conversation (ScriptedProvider), CPU time"
+    return [
+        Row(
+            f"{workload}: an observer with an empty `on_event` (baseline: no observer)",
+            "per turn",
+            cpu["empty"],
+            cpu["none"],
+            "µs",
+        ),
+        Row(
+            f"{workload}: `OpenTelemetryMetrics` on the API's no-op meter "
+            "(baseline: the empty `on_event` observer)",
+            "per turn",
+            cpu["no-op"],
+            cpu["empty"],
+            "µs",
+            "≤ 1.1×",
+        ),
+        Row(
+            f"{workload}: `OpenTelemetryMetrics` on an SDK `MeterProvider` (baseline: no observer)",
+            "per turn",
+            cpu["sdk"],
+            cpu["none"],
+            "µs",
+            "≤ 2.5×",
+        ),
+        Row(
+            f"{workload}: `OpenTelemetryObserver` spans on an SDK `TracerProvider` "
+            "(baseline: no observer)",
+            "per turn",
+            cpu["spans"],
+            cpu["none"],
+            "µs",
+        ),
+        Row(
+            f"{workload}: the same with `capture_content=True` (baseline: spans without content)",
+            "per turn",
+            cpu["content"],
+            cpu["spans"],
+            "µs",
+        ),
+    ]
+
+
 async def fan_out(sync: bool, repeats: int = 3) -> Row:
     if sync:
 
@@ -146,6 +246,7 @@ async def delegations(repeats: int = 3) -> Row:
 async def main() -> list[Row]:
     return [
         await per_turn(),
+        *await per_turn_metrics(),
         await fan_out(sync=False),
         await fan_out(sync=True),
         await delegations(),

@@ -313,6 +313,15 @@ async def core(repeats: int) -> list[Row]:
     return [row]
 
 
+async def core_metrics(repeats: int) -> list[Row]:
+    """The per-turn loop with OpenTelemetry: metrics on the no-op meter and on the SDK, spans
+    without and with content capture."""
+    rows = await bench_core.per_turn_metrics(repeats)
+    for row, bound in zip(rows[1:3], (1.1, 2.5), strict=True):
+        row.met = row.ratio is not None and row.ratio <= bound
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
@@ -349,6 +358,8 @@ def main() -> None:
     rows += bench_startup.cold_start(1 if quick else 7)
     step("core loop overhead (ScriptedProvider)")
     rows += anyio.run(core, 1 if quick else 15)
+    step("core loop with OpenTelemetry metrics (ScriptedProvider)")
+    rows += anyio.run(core_metrics, 1 if quick else 15)
     step("durable runs (PostgreSQL)")
     rows += anyio.run(bench_durable.per_turn, 3 if quick else 20, 1 if quick else 5)
     step("AG-UI endpoint: concurrent SSE clients")

@@ -15,11 +15,13 @@ from fanloop import (
     Concurrency,
     ContextPolicy,
     Delegation,
+    GuardrailResult,
     Hooks,
     Limits,
     ModelSettings,
     NullObserver,
     RetryPolicy,
+    input_guardrail,
 )
 from fanloop._fanout import LimiterPool
 from fanloop.providers import HostedTool
@@ -47,6 +49,11 @@ def check_answer(output: Answer) -> Answer:
 
 def confirm(name: str, preview: str) -> bool:
     return True
+
+
+@input_guardrail
+def polite(ctx: Any, prompt: str) -> GuardrailResult:
+    return GuardrailResult(tripped=False)
 
 
 def parameters() -> list[str]:
@@ -97,6 +104,8 @@ def every_option(tmp_path: Path) -> dict[str, Any]:
         "output_retries": 3,
         "output_validators": [check_answer],
         "output_mode": "tool",
+        "guardrails": [polite],
+        "handoffs": [Agent(ScriptedProvider(), name="specialist")],
         "client": provider,
         "_limiters": LimiterPool(threads=8),
     }

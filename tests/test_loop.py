@@ -543,6 +543,7 @@ async def test_every_termination_reason_has_its_string_value() -> None:
         "effect_outcome_uncertain",
         "awaiting_approval",
         "output_invalid",
+        "guardrail_tripped",
         "unknown",
     }
 

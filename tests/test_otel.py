@@ -122,3 +122,27 @@ async def test_sub_agent_runs_nest_under_the_delegating_tool_span(
         if s.name.startswith("chat") and s.parent.span_id == sub_run.context.span_id
     ]
     assert len(sub_chats) == 1
+
+
+async def test_a_tripped_guardrail_is_an_event_on_the_agent_span(
+    exporter: InMemorySpanExporter, observer: OpenTelemetryObserver
+) -> None:
+    from fanloop import GuardrailResult, input_guardrail
+
+    @input_guardrail(run_in_parallel=False)
+    def policy(ctx: object, prompt: str) -> GuardrailResult:
+        return GuardrailResult(tripped=True, message="not allowed")
+
+    agent = Agent(ScriptedProvider(["never"]), observer=observer, guardrails=[policy])
+    result = await agent.run("hi")
+    assert result.termination_reason == "guardrail_tripped"
+    [span] = exporter.get_finished_spans()
+    assert span.attributes is not None
+    assert span.attributes["fanloop.termination_reason"] == "guardrail_tripped"
+    [event] = span.events
+    assert event.name == "fanloop.guardrail_tripped"
+    assert dict(event.attributes or {}) == {
+        "fanloop.guardrail.name": "policy",
+        "fanloop.guardrail.kind": "input",
+        "fanloop.guardrail.message": "not allowed",
+    }

@@ -13,7 +13,15 @@ from ._agent import Agent
 from ._approvals import DEFER, PendingApproval
 from ._config import Concurrency, ContextPolicy
 from ._gather import gather
-from ._result import RunResult, TerminationReason
+from ._guardrails import (
+    GuardrailResult,
+    InputGuardrail,
+    OutputGuardrail,
+    input_guardrail,
+    output_guardrail,
+)
+from ._handoff import Handoff, handoff
+from ._result import GuardrailTrip, RunResult, TerminationReason
 from ._retry import RetryPolicy
 from ._settings import ModelSettings
 from ._version import __version__ as __version__
@@ -67,12 +75,17 @@ __all__ = [
     "DEFER",
     "Delegation",
     "GuardedObserver",
+    "GuardrailResult",
+    "GuardrailTrip",
+    "Handoff",
     "Hooks",
+    "InputGuardrail",
     "Limits",
     "LoopObserver",
     "ModelSettings",
     "MultiObserver",
     "NullObserver",
+    "OutputGuardrail",
     "PendingApproval",
     "RetryPolicy",
     "RunContext",
@@ -83,5 +96,8 @@ __all__ = [
     "ToolResult",
     "gather",
     "guarded",
+    "handoff",
+    "input_guardrail",
+    "output_guardrail",
     "tool",
 ]

@@ -33,6 +33,8 @@ from ._agent_config import (
 from ._config import DEFAULT_CONTEXT, NO_CONCURRENCY, Concurrency, ContextPolicy
 from ._dispatch import build_table
 from ._fanout import LimiterPool
+from ._guardrails import Guardrail, Guardrails, InputGuardrail, OutputGuardrail
+from ._handoff import Handoff, handoff_tools
 from ._migrants import AGENT_NAMES, MOVED_AGENT_NAMES, RUN_NAMES, refuse_migrant_names
 from ._model import Invoker, make_invoker
 from ._model_types import HostedTool, OutputFormat, ToolSpec
@@ -120,13 +122,21 @@ class Agent(Generic[DepsT, OutputT]):
             ``fn(ctx, output)``, sync or async; one may raise
             :class:`~fanloop.errors.ModelRetry` to send the answer back, or return a
             corrected value.
+        handoffs: agents (or :func:`~fanloop.handoff` objects) the model may hand the
+            conversation to with a ``transfer_to_<name>`` tool: the target finishes the run
+            (docs/handoffs.md).
         output_mode: ``"auto"`` (the provider's native structured output where it has one,
             else a ``final_result`` tool), ``"tool"`` or ``"native"``.
+        guardrails: checks of each run's prompt (:func:`~fanloop.input_guardrail`, run
+            alongside the first model call) and of its final answer
+            (:func:`~fanloop.output_guardrail`); one that trips ends the run with
+            ``guardrail_tripped`` (docs/guardrails.md).
     """
 
     __slots__ = (
         "_caps",
         "_confirm_arg",
+        "_guard",
         "_invoke",
         "_options",
         "_owns_provider",
@@ -140,6 +150,8 @@ class Agent(Generic[DepsT, OutputT]):
         "context",
         "context_window",
         "delegation",
+        "guardrails",
+        "handoffs",
         "hooks",
         "hosted_tools",
         "limiters",
@@ -183,6 +195,7 @@ class Agent(Generic[DepsT, OutputT]):
     observer: LoopObserver | None
     hooks: Hooks | None
     delegation: bool | Delegation
+    handoffs: tuple[Handoff, ...]
     memory: bool
     skills: bool
     workspace: str | None
@@ -213,6 +226,8 @@ class Agent(Generic[DepsT, OutputT]):
     _caps: dict[str, tuple[tuple[str, int], ...]]
     _owns_provider: bool
     _table: dict[str, tuple[Any, ...]]
+    guardrails: tuple[Guardrail, ...]
+    _guard: Guardrails | None
     _subagent_class: ClassVar[type[Agent[Any, Any]]]
     """The class ``delegate`` sub-agents are made with (this one: see fanloop._delegate)."""
 
@@ -241,6 +256,8 @@ class Agent(Generic[DepsT, OutputT]):
         output_retries: int = 1,
         output_validators: Iterable[OutputValidator] = (),
         output_mode: OutputMode = "auto",
+        guardrails: Iterable[InputGuardrail | OutputGuardrail] = (),
+        handoffs: Iterable[Agent[Any, Any] | Handoff] = (),
         client: Provider | None = None,
         _limiters: LimiterPool | None = None,
     ) -> None:
@@ -329,8 +346,14 @@ class Agent(Generic[DepsT, OutputT]):
         set_("output", spec)
         set_("native_output", native)
         set_("output_format", output_format(spec) if native else None)
+        given_guardrails, guard = Guardrails.build(guardrails)
+        set_("guardrails", given_guardrails)
+        set_("_guard", guard)
 
         all_tools = list(own_tools)
+        handoffs, handoff_tools_ = handoff_tools(handoffs, name)
+        set_("handoffs", handoffs)
+        all_tools.extend(handoff_tools_)
         if not spec.is_text and not native:
             all_tools.append(spec.tool())
         system_parts = [system] if isinstance(system, str) and system else []
@@ -371,6 +394,8 @@ class Agent(Generic[DepsT, OutputT]):
             client=None,
             tools=own_tools + hosted if hosted else own_tools,
             output_validators=output_validators,
+            guardrails=given_guardrails,
+            handoffs=handoffs,
             model_settings=settings,
             _limiters=_limiters,
         )
@@ -696,6 +721,7 @@ class Agent(Generic[DepsT, OutputT]):
         before: Callable[[RunState], Awaitable[RunResult | None]] | None = None,
         model_settings: ModelSettings | None = None,
         label: str | None = None,
+        trace_context: dict[str, str] | None = None,
     ) -> RunResult[Any]:
         active = self._active()
         if active is not self:  # inside override(): the replacement runs instead
@@ -710,6 +736,7 @@ class Agent(Generic[DepsT, OutputT]):
                 before=before,
                 model_settings=model_settings,
                 label=label,
+                trace_context=trace_context,
             )
         return await start_run(
             self,
@@ -723,10 +750,12 @@ class Agent(Generic[DepsT, OutputT]):
             before=before,
             model_settings=model_settings,
             label=label,
+            trace_context=trace_context,
         )
 
     async def _loop(self, run: RunState, *, deadline: bool) -> RunResult[Any]:
-        """The loop of ``run``, under the agent's ``timeout`` when ``deadline`` is set."""
+        """The loop of ``run`` (inside the guardrails, when the agent has some), under the
+        agent's ``timeout`` when ``deadline`` is set."""
         return await run_with_deadline(run, deadline=deadline)
 
 

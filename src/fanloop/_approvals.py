@@ -32,6 +32,7 @@ from ._result import PendingApproval, TerminationReason
 from ._run import CLEANUP_GRACE
 from .errors import ApprovalConflict, ApprovalError
 from .messages import ToolCallPart, ToolResultPart
+from .observers import trace_context_of
 
 if TYPE_CHECKING:
     from ._run import RunState
@@ -44,6 +45,7 @@ __all__ = [
     "PENDING_KEY",
     "Answer",
     "Claim",
+    "TRACE_KEY",
     "PendingApproval",
     "check_answer_types",
     "check_answers",
@@ -55,6 +57,10 @@ __all__ = [
 
 PENDING_KEY: Final = "fanloop.pending_approvals"
 """The session metadata key that holds a parked batch (and the claim of the resume running it)."""
+
+TRACE_KEY: Final = "trace"
+"""The key of a parked state that holds the W3C trace context of the run that parked it
+(written only when an observer traces the run: see :func:`fanloop.observers.trace_context_of`)."""
 
 ANSWERED_KEY: Final = "fanloop.answered_approvals"
 """The session metadata key that records the last batch's answers, once it has run."""
@@ -106,6 +112,9 @@ async def park(
             "results": [None if r is None else r.model_dump(mode="json") for r in results],
             "pending": [pending.to_json()],
         }
+        trace = trace_context_of(run.agent.observer, run.run_id)
+        if trace:
+            state[TRACE_KEY] = trace
         if run.claim is None:
             await run.session.set_metadata(**{PENDING_KEY: state})
         else:  # parked again while resuming: the answers so far are decided

@@ -47,6 +47,8 @@ _OBSERVER_MAP: dict[str, tuple[str, Callable[[Any], tuple[Any, ...]]]] = {
     "stall_detected": ("on_stall", lambda e: (e.tool_name, e.count)),
     "model_failed": ("on_model_error", lambda e: (e.error,)),
     "text_delta": ("on_text_delta", lambda e: (e.text,)),
+    "guardrail_tripped": ("on_guardrail_tripped", lambda e: (e.trip,)),
+    "handoff": ("on_handoff", lambda e: (e.from_agent, e.to_agent)),
 }
 
 _HOOK_MAP: dict[str, tuple[str, Callable[[Any], tuple[Any, ...]]]] = {
@@ -63,6 +65,8 @@ _HOOK_MAP: dict[str, tuple[str, Callable[[Any], tuple[Any, ...]]]] = {
     "compaction_finished": ("on_compact_end", lambda e: (e.before_count, e.after_count)),
     "retry_scheduled": ("on_retry", lambda e: (e.attempt, e.delay, e.error)),
     "message_appended": ("on_message", lambda e: ()),
+    "guardrail_tripped": ("on_guardrail_tripped", lambda e: (e.trip,)),
+    "handoff": ("on_handoff", lambda e: (e.from_agent, e.to_agent)),
 }
 
 
@@ -173,6 +177,11 @@ class Emitter:
         self.parent = parent
         self._everything = send is not None or parent is not None or "*" in table
         self.wants_deltas = self._everything or any(k in table for k in DELTA_KINDS)
+
+    @property
+    def send(self) -> Callable[[Event], Awaitable[None]] | None:
+        """Where events go besides the table (a stream's queue), if anywhere."""
+        return self._send
 
     def wants(self, kind: str) -> bool:
         """Whether anything at all consumes events of ``kind`` (skip making unwanted ones)."""

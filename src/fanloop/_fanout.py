@@ -14,6 +14,7 @@
    for every call.
 8. Concurrency is capped per agent, per tool, and by named keys shared across tools, runs,
    sub-agents and separately built agents of the process.
+9. No call starts before the agent's input guardrails have passed (docs/guardrails.md).
 """
 
 from __future__ import annotations
@@ -200,6 +201,8 @@ async def run_batch(
     If the batch is cancelled, ``results`` holds what finished; :func:`results_or_cancelled`
     fills in the rest so the transcript gets a result for every call.
     """
+    if run.gate is not None:  # input guardrails still check the prompt: no call starts
+        await run.gate.wait()  # before they all pass (a trip cancels this wait)
     emit = run.emitter.emit
     granted = run.budget.take_tool_calls(len(calls))
     owner: RunState | None = run

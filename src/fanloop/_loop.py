@@ -21,6 +21,7 @@ from ._approvals import park
 from ._callids import distinct_call_ids
 from ._context import check_context
 from ._fanout import results_or_cancelled, run_batch
+from ._handoff import take_handoff
 from ._model import Ending
 from ._model_types import ModelResponse, StopReason
 from ._result import RunResult, TerminationReason
@@ -55,13 +56,16 @@ async def run_loop(run: RunState) -> RunResult:
 
 async def round_entry_guards(run: RunState) -> Ending | None:
     """Limits checked before each round: an ending already decided, the deadline, turns, the
-    shared budget; first, an overdue cancel scope gets its turn."""
+    shared budget; first, an overdue cancel scope gets its turn. A handoff the last batch took
+    puts its target in charge here (docs/handoffs.md)."""
     await deliver_overdue_cancel()
     if run.ending is not None:
         return Ending(run.ending[0], detail=run.ending[1])
+    if run.agent.handoffs:  # the last batch took a handoff: its target takes this round
+        await take_handoff(run)
     if (late := run.past_deadline()) is not None:
         return Ending(TerminationReason.DEADLINE, detail=late)
-    max_turns = run.agent.limits.max_turns
+    max_turns = run.max_turns
     if max_turns is not None and run.turns >= max_turns:
         return Ending(TerminationReason.MAX_TURNS, detail=f"reached max_turns={max_turns}")
     spent = run.budget.exhausted()

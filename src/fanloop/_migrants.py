@@ -33,6 +33,8 @@ AGENT_NAMES: Mapping[str, str] = {
     "usage_limits": "limits=Limits(...)",
     "deps_type": "deps= on agent.run() (any object; tools read it from their context)",
     "toolsets": "tools= (MCP servers: fanloop.mcp)",
+    "input_guardrails": "guardrails=[...] (input and output guardrails in one list)",
+    "output_guardrails": "guardrails=[...] (input and output guardrails in one list)",
 }
 MOVED_AGENT_NAMES: Mapping[str, str] = {
     **{

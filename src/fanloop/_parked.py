@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ._approvals import Answer, Claim, check_answer_types, check_answers
+from ._approvals import TRACE_KEY, Answer, Claim, check_answer_types, check_answers
 from ._loop import run_tools
 from ._result import RunResult
 from ._resume import repair
@@ -52,6 +52,12 @@ async def resume_parked(
     """
     claim = await Claim.take(session, approvals)
     try:
+        # The trace context the parking run stored (only when it was traced): the resumed
+        # run's span goes on in the same trace. Read back from the session: untrusted, and
+        # validated by the observer that uses it (fanloop.otel).
+        trace = claim.state.get(TRACE_KEY)
+        if isinstance(trace, dict):
+            kwargs["trace_context"] = trace
         return await execute(before=_run_parked(claim), **kwargs)
     finally:
         await claim.release()

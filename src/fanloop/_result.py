@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Generic
+from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
+from pydantic_core import to_jsonable_python
 from typing_extensions import TypeVar
 
 from ._model_types import Usage
 from .errors import RunIncomplete
 from .messages import Citation, Message
 
-__all__ = ["OutputT", "PendingApproval", "RunResult", "TerminationReason"]
+__all__ = ["GuardrailTrip", "OutputT", "PendingApproval", "RunResult", "TerminationReason"]
 
 OutputT = TypeVar("OutputT", default=str)
 """The type of a run's typed answer (``Agent(output_type=...)``); ``str`` by default."""
@@ -37,6 +38,7 @@ class TerminationReason(StrEnum):
     EFFECT_OUTCOME_UNCERTAIN = "effect_outcome_uncertain"
     AWAITING_APPROVAL = "awaiting_approval"
     OUTPUT_INVALID = "output_invalid"
+    GUARDRAIL_TRIPPED = "guardrail_tripped"
     UNKNOWN = "unknown"
 
     # lower-case aliases, so ``TerminationReason.max_turns == "max_turns"`` reads as in the docs
@@ -55,6 +57,7 @@ class TerminationReason(StrEnum):
     effect_outcome_uncertain = "effect_outcome_uncertain"
     awaiting_approval = "awaiting_approval"
     output_invalid = "output_invalid"
+    guardrail_tripped = "guardrail_tripped"
     unknown = "unknown"
 
 
@@ -84,6 +87,30 @@ class PendingApproval:
         }
 
 
+def _info_json(value: Any) -> Any:
+    """A guardrail's ``info`` as JSON: its own JSON form, else its ``str()``."""
+    return to_jsonable_python(value, fallback=str)
+
+
+class GuardrailTrip(BaseModel):
+    """The guardrail that ended a run (``RunResult.guardrail``, the ``GuardrailTripped``
+    event).
+
+    Attributes:
+        name: the guardrail's name (its function's name unless given).
+        kind: ``"input"`` (it checked the prompt) or ``"output"`` (the final answer).
+        message: the guardrail's own note on why, if it gave one.
+        info: what the guardrail returned as ``info`` (any value; in JSON, as its JSON form or
+            its ``str()``).
+    """
+
+    model_config = ConfigDict(frozen=True)
+    name: str
+    kind: Literal["input", "output"]
+    message: str | None = None
+    info: Annotated[Any, PlainSerializer(_info_json, when_used="json")] = None
+
+
 class RunResult(BaseModel, Generic[OutputT]):
     """The outcome of one run.
 
@@ -105,6 +132,10 @@ class RunResult(BaseModel, Generic[OutputT]):
         pending_approvals: for ``awaiting_approval``, the calls waiting for a person (call id,
             tool name, arguments, preview); answer them with
             ``agent.resume(session, approvals={call_id: True | False | "reason"})``.
+        guardrail: for ``guardrail_tripped``, the guardrail that tripped
+            (:class:`GuardrailTrip`: its name, ``"input"`` or ``"output"``, message and info).
+        last_agent: the name of the agent in charge when the run ended: the one it was started
+            on, or the last one a handoff gave it to (docs/handoffs.md).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -124,6 +155,8 @@ class RunResult(BaseModel, Generic[OutputT]):
     cost_usd: float | None = None
     detail: str | None = None
     pending_approvals: tuple[PendingApproval, ...] = ()
+    guardrail: GuardrailTrip | None = None
+    last_agent: str = ""
 
     def raise_if_incomplete(self) -> RunResult[OutputT]:
         """Return this result if the run completed; raise otherwise.

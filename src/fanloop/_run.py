@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -13,6 +15,7 @@ from ._model_types import ModelRequest, ModelResponse, Usage
 from ._result import RunResult, TerminationReason
 from ._unicode import valid_models
 from .catalog import cost_of
+from .errors import ConfigurationError
 from .events import (
     BudgetWarning,
     ContextUsage,
@@ -36,7 +39,7 @@ CLEANUP_GRACE = 5.0
 """Seconds that work shielded from a run's cancellation (persisting the last results, the
 final event) may take: past it the run ends anyway, so nothing can make it uncancellable."""
 
-__all__ = ["RunState"]
+__all__ = ["RunState", "dynamic_system"]
 
 
 class RunState:
@@ -58,7 +61,10 @@ class RunState:
         "depth",
         "emitter",
         "ending",
+        "gate",
+        "handoffs",
         "max_tokens",
+        "max_turns",
         "messages",
         "new_message_index",
         "output",
@@ -75,6 +81,7 @@ class RunState:
         "subagents",
         "system",
         "tool_calls",
+        "trace_context",
         "turns",
         "usage",
         "warned_turns",
@@ -118,14 +125,21 @@ class RunState:
         self.context_tokens = 0
         self.context_base = 0
         self.ending: tuple[TerminationReason, str | None] | None = None
-        self.warned_turns = not agent.limits.max_turns
+        self.max_turns = agent.limits.max_turns  # a handoff may tighten it (see _handoff)
+        self.warned_turns = not self.max_turns
         self.call_ids: set[str] | None = None  # built on first use (see _callids)
         self.parked: Parked | None = None  # a batch stopped for a person (see _approvals)
         self.pending: tuple[PendingApproval, ...] = ()
         self.decisions: dict[str, bool | str] = {}  # approvals a resumed batch was given
         self.claim: Claim | None = None  # this run's hold on a parked batch it resumed
+        # The W3C trace context stored by the run this one goes on from (see RunStarted)
+        self.trace_context: dict[str, str] | None = None
         self.output: Any = _NO_OUTPUT  # the validated typed answer, once there is one
         self.output_failures = 0
+        # Set while input guardrails still check the prompt: no tool call starts before it is
+        # (see _guardrails and docs/guardrails.md).
+        self.gate: anyio.Event | None = None
+        self.handoffs = 0  # handoffs taken; ``agent`` is the one in charge (see _handoff)
 
     @property
     def elapsed(self) -> float:
@@ -232,11 +246,11 @@ class RunState:
             return
         if (
             not self.warned_turns
-            and limits.max_turns
-            and self.turns >= limits.max_turns * limits.warn_at
+            and self.max_turns
+            and self.turns >= self.max_turns * limits.warn_at
         ):
             self.warned_turns = True
-            await self.emitter.emit(BudgetWarning("turns", self.turns, limits.max_turns))
+            await self.emitter.emit(BudgetWarning("turns", self.turns, self.max_turns))
         for kind, used, limit in self.budget.warnings():
             await self.emitter.emit(BudgetWarning(kind, used, limit))
 
@@ -296,7 +310,19 @@ class RunState:
             cost_usd=cost_of(self.agent.model, self.usage),
             detail=detail,
             pending_approvals=self.pending,
+            last_agent=self.agent.name,
         )
+
+
+async def dynamic_system(fn: Callable[..., Any], run: RunState) -> str | None:
+    """The system prompt of a run whose ``system`` is a function of its context."""
+    text = fn(run.context(what="system"))
+    if inspect.isawaitable(text):
+        text = await text
+    if text is not None and not isinstance(text, str):
+        raise ConfigurationError(f"the system function returned {type(text).__name__}, not str")
+    parts = [p for p in (text, run.system) if p]
+    return "\n\n".join(parts) or None
 
 
 def _last_text(messages: list[Message], start: int) -> str:

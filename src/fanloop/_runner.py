@@ -5,7 +5,6 @@ the loop run under the agent's deadline, and ``run_finished`` delivered however 
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
@@ -14,10 +13,11 @@ import anyio
 
 from ._approvals import check_no_pending
 from ._dispatch import Emitter
+from ._handoff import enter_active_agent
 from ._log import bind, logger, unbind
 from ._loop import run_loop
 from ._result import RunResult, TerminationReason
-from ._run import CLEANUP_GRACE, RunState
+from ._run import CLEANUP_GRACE, RunState, dynamic_system
 from ._scope import enter_run, leave_run
 from ._session_budget import record_spend, remaining_limits
 from ._settings import ModelSettings, as_settings, check_settings
@@ -64,6 +64,7 @@ async def start_run(
     before: Callable[[RunState], Awaitable[RunResult | None]] | None = None,
     model_settings: ModelSettings | None = None,
     label: str | None = None,
+    trace_context: dict[str, str] | None = None,
 ) -> RunResult[Any]:
     """Run ``agent`` on ``prompt`` (see ``Agent._execute``; an override is resolved there)."""
     settings = agent.model_settings
@@ -99,6 +100,7 @@ async def start_run(
         depth=0 if parent is None else parent.depth + 1,
         parent=parent,
     )
+    run.trace_context = trace_context
     if settings is not agent.model_settings:
         run.settings = settings
         run.max_tokens = settings.max_tokens or agent.max_tokens
@@ -106,6 +108,8 @@ async def start_run(
     try:
         if callable(agent.system):
             run.system = await dynamic_system(agent.system, run)
+        if session is not None:  # a resume goes on with the agent a handoff left in charge
+            await enter_active_agent(run, resumed=before is not None)
         log_tokens = bind(run_id=run.run_id, agent_path="/".join(path))
         try:
             return await run_observed(agent, run, prompt, before, parent is None, session)
@@ -144,7 +148,15 @@ async def run_observed(
                 ),
             )
         try:
-            await emitter.emit(RunStarted(run.run_id, agent.name, agent.model, agent.provider_name))
+            await emitter.emit(
+                RunStarted(
+                    run.run_id,
+                    agent.name,
+                    agent.model,
+                    agent.provider_name,
+                    trace_context=run.trace_context,
+                )
+            )
             if before is not None:
                 result = await before(run)
             if result is None:
@@ -200,12 +212,14 @@ async def run_observed(
 async def run_with_deadline(run: RunState, *, deadline: bool) -> RunResult[Any]:
     """The loop of ``run``, under its agent's ``timeout`` when ``deadline`` is set (the run
     ends with ``deadline`` when it passes)."""
-    timeout = run.agent.limits.timeout
+    agent = run.agent
+    timeout = agent.limits.timeout
+    loop = run_loop if agent._guard is None else agent._guard.run  # guardrails around it
     if not deadline or timeout is None:
-        return await run_loop(run)
+        return await loop(run)
     result: RunResult | None = None
     with anyio.CancelScope(deadline=run.set_deadline(timeout)):
-        result = await run_loop(run)
+        result = await loop(run)
     if result is None:
         return run.result(
             TerminationReason.DEADLINE, detail=f"the run passed its {timeout:g} s deadline"
@@ -239,17 +253,6 @@ def user_message(prompt: Prompt) -> Message:
                 f"DocumentPart, not one holding {type(item).__name__}"
             )
     return Message(role="user", content=tuple(content))
-
-
-async def dynamic_system(fn: SystemFn, run: RunState) -> str | None:
-    """The system prompt of a run whose ``system`` is a function of its context."""
-    text = fn(run.context(what="system"))
-    if inspect.isawaitable(text):
-        text = await text
-    if text is not None and not isinstance(text, str):
-        raise ConfigurationError(f"the system function returned {type(text).__name__}, not str")
-    parts = [p for p in (text, run.system) if p]
-    return "\n\n".join(parts) or None
 
 
 def notify(observer: LoopObserver, name: str, arg: Any) -> None:

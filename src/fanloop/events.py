@@ -23,7 +23,7 @@ from .messages import Citation, Message, ToolCallPart, ToolResultPart
 
 if TYPE_CHECKING:
     from ._model_types import ModelRequest, ModelResponse, Usage
-    from ._result import RunResult
+    from ._result import GuardrailTrip, RunResult
 
 __all__ = [
     "ApprovalRequested",
@@ -36,6 +36,8 @@ __all__ = [
     "ContextCritical",
     "ContextUsage",
     "Event",
+    "GuardrailTripped",
+    "HandoffOccurred",
     "HostedToolProgress",
     "MessageAppended",
     "ModelFailed",
@@ -198,13 +200,21 @@ class OutputPartial(_Event):
 
 @dataclass(slots=True)
 class RunStarted(_Event):
-    """A run began."""
+    """A run began.
+
+    ``trace_context`` is set when the run goes on from an earlier one that an
+    OpenTelemetry observer traced (a batch parked for approval, resumed with
+    ``agent.resume``; a durable run recovered on another worker): the W3C ``traceparent`` /
+    ``tracestate`` stored with the session or the workflow, as read back (untrusted: see
+    :mod:`fanloop.otel`, which validates it).
+    """
 
     kind: ClassVar[Literal["run_started"]] = "run_started"
     run_id: str
     agent_name: str
     model: str
     provider: str = ""
+    trace_context: dict[str, str] | None = None
 
 
 @dataclass(slots=True)
@@ -403,6 +413,17 @@ class PacingCapped(_Event):
     detail: str
 
 
+# -- guardrails -------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class GuardrailTripped(_Event):
+    """A guardrail tripped: the run ends with ``guardrail_tripped`` (docs/guardrails.md)."""
+
+    kind: ClassVar[Literal["guardrail_tripped"]] = "guardrail_tripped"
+    trip: GuardrailTrip
+
+
 # -- tools ------------------------------------------------------------------------------------
 
 
@@ -444,6 +465,20 @@ class ToolFinished(_Event):
 
 
 @dataclass(slots=True)
+class HandoffOccurred(_Event):
+    """The model took a handoff: from here on ``to_agent`` answers (docs/handoffs.md).
+
+    Sent with the lineage of the agent handing over; the events after it carry ``to_agent``
+    at the end of their ``agent_path``. ``call_id`` is the id of the handoff tool call.
+    """
+
+    kind: ClassVar[Literal["handoff"]] = "handoff"
+    from_agent: str
+    to_agent: str
+    call_id: str
+
+
+@dataclass(slots=True)
 class MessageAppended(_Event):
     """A message joined the conversation at position ``index`` (and was persisted)."""
 
@@ -478,9 +513,11 @@ Event: TypeAlias = (
     | PacingWait
     | PacingUnavailable
     | PacingCapped
+    | GuardrailTripped
     | ApprovalRequested
     | ApprovalResolved
     | ToolStarted
     | ToolFinished
+    | HandoffOccurred
     | MessageAppended
 )

@@ -32,7 +32,7 @@ from .messages import ToolCallPart, ToolResultPart
 
 if TYPE_CHECKING:
     from ._model_types import ModelRequest, ModelResponse, Usage
-    from ._result import TerminationReason
+    from ._result import GuardrailTrip, TerminationReason
     from .limits import Limits
 
 __all__ = [
@@ -54,6 +54,8 @@ OPTIONAL_CALLBACKS = (
     "on_stall",
     "on_model_error",
     "on_text_delta",
+    "on_guardrail_tripped",
+    "on_handoff",
 )
 REQUIRED_CALLBACKS = ("on_request", "on_response", "on_retry", "on_tool_start", "on_tool_end")
 
@@ -85,7 +87,9 @@ class ConversationSummary:
 
 @runtime_checkable
 class LoopObserver(Protocol):
-    """The observer protocol. The last six callbacks are optional at runtime."""
+    """The observer protocol. The optional callbacks (``on_conversation_start``,
+    ``on_conversation_end``, ``on_budget_warning``, ``on_stall``, ``on_model_error``,
+    ``on_text_delta``, ``on_guardrail_tripped``: see :class:`NullObserver`) may be left out."""
 
     def conversation(self) -> AbstractContextManager[None]:
         """A context covering one complete conversation; its errors propagate."""
@@ -151,10 +155,54 @@ class NullObserver:
     def on_text_delta(self, text: str) -> None:
         pass
 
+    def on_guardrail_tripped(self, trip: GuardrailTrip) -> None:
+        pass
+
+    def on_handoff(self, from_agent: str, to_agent: str) -> None:
+        """The run was handed from one agent to another (docs/handoffs.md)."""
+
 
 # An observer may also define ``on_event(event)``: it then receives every event of the run —
 # sub-agents' included, with their lineage — as the typed objects of :mod:`fanloop.events`.
 # The OpenTelemetry observer (:mod:`fanloop.otel`) is built on it.
+#
+# And ``trace_context(key)``: the W3C trace context (``traceparent``, ``tracestate``) of the
+# span it keeps for a run id or a tool call id, as a dict, or ``None``. fanloop stores it where
+# the run goes on in another process (a parked batch's state in the session, a durable
+# sub-agent's workflow input) and hands it back as ``RunStarted.trace_context``.
+
+
+def tracing_observer(observer: object) -> Any:
+    """The first observer of ``observer`` (through :class:`GuardedObserver` and
+    :class:`MultiObserver`) that traces (has ``trace_context``), or ``None``."""
+    if observer is None:
+        return None
+    if isinstance(observer, GuardedObserver):
+        return tracing_observer(observer.inner)
+    if isinstance(observer, MultiObserver):
+        for inner in observer.observers:
+            found = tracing_observer(inner)
+            if found is not None:
+                return found
+        return None
+    return observer if callable(getattr(observer, "trace_context", None)) else None
+
+
+def trace_context_of(observer: object, key: str) -> dict[str, str] | None:
+    """The trace context the tracing observer of ``observer`` keeps for ``key`` (a run id or
+    a tool call id); ``None`` when no observer traces (the common case: one attribute lookup
+    per wrapped observer)."""
+    tracer = tracing_observer(observer)
+    if tracer is None:
+        return None
+    try:
+        found = tracer.trace_context(key)
+    except Exception:
+        logger.exception(
+            "observer_callback_failed", observer=type(tracer).__name__, callback="trace_context"
+        )
+        return None
+    return dict(found) if found else None
 
 
 class ConsoleObserver(NullObserver):
@@ -292,6 +340,10 @@ class Hooks:
         on_compact_end: ``(before_count, after_count)`` when it finishes.
         on_retry: ``(attempt, delay, exc)`` before retrying a transient provider failure.
         on_message: ``()`` after every message is appended to the conversation.
+        on_guardrail_tripped: ``(trip)`` when one of the agent's guardrails trips (a
+            :class:`~fanloop.GuardrailTrip`; the run then ends with ``guardrail_tripped``).
+        on_handoff: ``(from_agent, to_agent)`` when the run is handed to another agent
+            (docs/handoffs.md).
     """
 
     on_request: Callable[[int, int], MaybeAwaitable] | None = None
@@ -305,3 +357,5 @@ class Hooks:
     on_compact_end: Callable[[int, int], MaybeAwaitable] | None = None
     on_retry: Callable[[int, float, Exception], MaybeAwaitable] | None = None
     on_message: Callable[[], MaybeAwaitable] | None = None
+    on_guardrail_tripped: Callable[[GuardrailTrip], MaybeAwaitable] | None = None
+    on_handoff: Callable[[str, str], MaybeAwaitable] | None = None

@@ -23,27 +23,71 @@ event per wait on its ``chat`` span (key, reason, seconds) and its total wait in
 
 The attribute names are the GenAI ones (``gen_ai.operation.name``, ``gen_ai.provider.name``,
 ``gen_ai.request.model``, ``gen_ai.usage.input_tokens`` ...), spelled out here because the
-``opentelemetry-semantic-conventions`` package marks its GenAI constants deprecated. Message
-contents are not recorded. Combine it with other observers through
-:class:`~fanloop.MultiObserver`.
+``opentelemetry-semantic-conventions`` package marks its GenAI constants deprecated. Combine it
+with other observers through :class:`~fanloop.MultiObserver`.
+
+**Traces across processes.** A run that parks a call for approval stores its span's W3C trace
+context (``traceparent``, ``tracestate``) with the parked batch in the session; the run that
+``agent.resume`` starts, in any process, is a child of that span, so the whole conversation is
+one trace (a span current in the resuming process, e.g. the request that approved, is added
+as a link). The stored value is read back from a database: it is validated strictly (a
+``traceparent`` of version ``00`` and exactly 55 characters, non-zero ids; a ``tracestate`` of
+at most 512 printable characters) and ignored, with a debug log, when it is not valid. Nothing
+is stored when no tracing observer is active. With ``propagate_to_requests=True`` every model
+request carries the ``traceparent`` of its ``chat`` span, for LLM gateways that read it.
+
+**Content capture** (off by default; ``capture_content=True`` or the environment variable
+``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``): ``chat`` spans get
+``gen_ai.system_instructions``, ``gen_ai.input.messages`` and ``gen_ai.output.messages`` in the
+semantic conventions' JSON structure, ``execute_tool`` spans ``gen_ai.tool.call.arguments`` and
+``gen_ai.tool.call.result``. Every value is cut to ``max_content_chars`` and then masked with
+the rules of the ``env`` tool (:mod:`fanloop.tools._secrets`: vendor tokens, bearer
+credentials, URL passwords, key-like fields) plus the literal values of the environment's
+secret variables, so a credential in a prompt or a tool result does not reach the exporter.
+See ``docs/observability.md``.
+
+Metrics (token usage, operation duration, time to first chunk, tool duration, retries, pacing
+waits, runs, runs in flight, cost) come from a second observer, :class:`OpenTelemetryMetrics`
+(``MultiObserver(OpenTelemetryObserver(), OpenTelemetryMetrics())``); docs/observability.md
+lists its instruments.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import re
+from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
+from ._log import logger
+from .errors import ConfigurationError
 from .events import Event
+from .messages import (
+    DocumentPart,
+    ImagePart,
+    Message,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolResultPart,
+)
 from .observers import NullObserver
+from .providers._endpoint import TRACE_HEADERS
+from .tools._secrets import MASK, is_secret_variable, redact
 
 try:
     from opentelemetry import context as otel_context
     from opentelemetry import trace
-    from opentelemetry.trace import SpanKind, Status, StatusCode
+    from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("fanloop.otel needs OpenTelemetry: pip install 'fanloop[otel]'") from exc
 
-__all__ = ["OpenTelemetryObserver"]
+from ._otel_metrics import OpenTelemetryMetrics
+
+__all__ = ["OpenTelemetryMetrics", "OpenTelemetryObserver"]
 
 OPERATION = "gen_ai.operation.name"
 PROVIDER = "gen_ai.provider.name"
@@ -67,6 +111,37 @@ PACING_KEY = "fanloop.pacing.key"
 PACING_REASON = "fanloop.pacing.reason"
 PACING_SECONDS = "fanloop.pacing.seconds"
 PACING_WAIT = "fanloop.pacing.wait_seconds"
+INPUT_MESSAGES = "gen_ai.input.messages"
+OUTPUT_MESSAGES = "gen_ai.output.messages"
+SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
+TOOL_ARGUMENTS = "gen_ai.tool.call.arguments"
+TOOL_RESULT = "gen_ai.tool.call.result"
+
+CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+"""The environment variable that turns content capture on (``true``) when the observer's
+``capture_content`` is left at ``None``."""
+
+DEFAULT_MAX_CONTENT_CHARS = 16_384
+"""The default cap of one captured value (characters)."""
+
+MAX_CONTENT_CHARS = 1_048_576
+"""The largest ``max_content_chars`` accepted."""
+
+TRUNCATED = "…[truncated {n} characters]"
+"""What ends a captured value that was cut."""
+
+MAX_INPUT_MESSAGES = 256
+"""The most messages (the newest) recorded in ``gen_ai.input.messages``."""
+
+MAX_TRACEPARENT = 55
+MAX_TRACESTATE = 512
+
+_TRACEPARENT = re.compile(r"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
+_TRACESTATE = re.compile(r"[\x20-\x7e]*")
+_MARGIN = 4096  # characters masked past the cap, then dropped: a secret cut at the cap goes too
+_MIN_SECRET_VALUE = 6  # shorter environment values are not masked literally (too common)
+_MAX_SECRET_VALUE = 4096
+_PROPAGATOR = TraceContextTextMapPropagator()
 
 _RunKey = tuple[tuple[str, ...], str | None]
 
@@ -76,17 +151,81 @@ class OpenTelemetryObserver(NullObserver):
 
     Args:
         tracer_provider: where spans go (default: the global tracer provider).
+        propagate_to_requests: send the W3C ``traceparent`` (and ``tracestate``) of each
+            model call's ``chat`` span as request headers, for an LLM gateway that reads them
+            (providers built on fanloop's own HTTP client; a vendor SDK client passed as
+            ``client=`` does its own propagation, if any).
+        capture_content: record prompts, answers, tool arguments and results on the spans
+            (masked, capped). ``None`` (default): on when the environment variable
+            ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` is ``true``.
+        max_content_chars: the cap of one captured value (a message part, tool arguments, a
+            tool result; the whole of ``gen_ai.input.messages``); a longer value is cut and
+            ends with ``…[truncated N characters]``.
+
+    Raises:
+        ConfigurationError: ``max_content_chars`` is not between 64 and 1 MiB.
     """
 
-    def __init__(self, tracer_provider: Any = None) -> None:
+    def __init__(
+        self,
+        tracer_provider: Any = None,
+        *,
+        propagate_to_requests: bool = False,
+        capture_content: bool | None = None,
+        max_content_chars: int = DEFAULT_MAX_CONTENT_CHARS,
+    ) -> None:
+        if (
+            isinstance(max_content_chars, bool)
+            or not isinstance(max_content_chars, int)
+            or not 64 <= max_content_chars <= MAX_CONTENT_CHARS
+        ):
+            raise ConfigurationError(
+                f"max_content_chars must be an int from 64 to {MAX_CONTENT_CHARS:,}, "
+                f"not {max_content_chars!r}"
+            )
+        if capture_content is None:
+            capture_content = os.environ.get(CAPTURE_ENV, "").strip().lower() == "true"
         self._tracer = trace.get_tracer("fanloop", tracer_provider=tracer_provider)
         self._runs: dict[_RunKey, tuple[Any, str, str]] = {}  # span, provider, model
+        self._by_id: dict[str, Any] = {}  # run id -> its invoke_agent span
         self._chats: dict[_RunKey, Any] = {}
         self._waited: dict[_RunKey, float] = {}  # pacing waits of the open chat span
         self._tools: dict[str, Any] = {}
+        self.propagate_to_requests = bool(propagate_to_requests)
+        self.capture_content = bool(capture_content)
+        self.max_content_chars = max_content_chars
+        self._mask = _Masker(os.environ) if self.capture_content else None
 
     def conversation(self) -> AbstractContextManager[None]:
         return nullcontext()
+
+    def trace_context(self, key: str) -> dict[str, str] | None:
+        """The W3C trace context of the open span of the run ``key`` (a run id) or of the
+        tool call ``key`` (a call id), as a ``traceparent``/``tracestate`` dict; ``None``
+        when there is none. fanloop stores it where the run goes on in another process."""
+        span = self._by_id.get(key) or self._tools.get(key)
+        if span is None or not span.get_span_context().is_valid:
+            return None
+        carrier: dict[str, str] = {}
+        _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
+        return carrier or None
+
+    def remote_trace_context(self, agent_name: str) -> dict[str, str] | None:
+        """Start and end an ``invoke_agent {agent_name}`` CLIENT span (a child of the current
+        span) for a run handed to another process, and return its trace context: a durable
+        run's workers make their ``invoke_agent`` spans children of it, so a run recovered
+        on another worker stays in the same trace."""
+        span = self._tracer.start_span(
+            f"invoke_agent {agent_name}",
+            kind=SpanKind.CLIENT,
+            attributes={OPERATION: "invoke_agent", AGENT_NAME: agent_name},
+        )
+        try:
+            carrier: dict[str, str] = {}
+            _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
+            return carrier or None
+        finally:
+            span.end()
 
     def on_event(self, event: Event) -> None:
         """Open and close spans as the run's events arrive."""
@@ -94,27 +233,40 @@ class OpenTelemetryObserver(NullObserver):
         if event.kind == "run_started":
             parent = self._tools.get(event.parent_call_id or "")
             ctx = trace.set_span_in_context(parent) if parent else otel_context.get_current()
+            links: list[Link] = []
+            attributes: dict[str, Any] = {
+                OPERATION: "invoke_agent",
+                AGENT_NAME: event.agent_name,
+                AGENT_ID: event.run_id,
+                CONVERSATION_ID: event.run_id,
+                PROVIDER: event.provider,
+                REQUEST_MODEL: event.model,
+            }
+            if parent is None and event.trace_context is not None:
+                resumed = continued_context(event.trace_context)
+                if resumed is not None:  # goes on in the trace of the run it resumes
+                    here = trace.get_current_span().get_span_context()
+                    theirs = trace.get_current_span(resumed).get_span_context()
+                    if here.is_valid and here.trace_id != theirs.trace_id:
+                        links.append(Link(here, {"fanloop.link": "resumed_by"}))
+                    ctx = resumed
+                    attributes["fanloop.resumed"] = True
             span = self._tracer.start_span(
                 f"invoke_agent {event.agent_name}",
                 context=ctx,
                 kind=SpanKind.INTERNAL,
-                attributes={
-                    OPERATION: "invoke_agent",
-                    AGENT_NAME: event.agent_name,
-                    AGENT_ID: event.run_id,
-                    CONVERSATION_ID: event.run_id,
-                    PROVIDER: event.provider,
-                    REQUEST_MODEL: event.model,
-                },
+                attributes=attributes,
+                links=links,
             )
             self._runs[key] = (span, event.provider, event.model)
+            self._by_id[event.run_id] = span
         elif event.kind == "request_started":
             self._waited.pop(key, None)
             run = self._runs.get(key)
             if run is None:
                 return
             request = event.request
-            self._chats[key] = self._tracer.start_span(
+            chat = self._tracer.start_span(
                 f"chat {run[2]}",
                 context=trace.set_span_in_context(run[0]),
                 kind=SpanKind.CLIENT,
@@ -127,11 +279,27 @@ class OpenTelemetryObserver(NullObserver):
                     "fanloop.attempt": event.attempt,
                 },
             )
+            self._chats[key] = chat
+            if self._mask is not None:
+                self._capture_request(chat, request)
+            if self.propagate_to_requests:
+                carrier: dict[str, str] = {}
+                _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(chat))
+                TRACE_HEADERS.set(carrier or None)
         elif event.kind == "response_completed":
+            if self.propagate_to_requests:
+                TRACE_HEADERS.set(None)
             span = self._chats.pop(key, None)
             if span is None:
                 return
             response = event.response
+            if self._mask is not None:
+                out = {
+                    "role": "assistant",
+                    "parts": self._parts(response.content, self.max_content_chars)[0],
+                    "finish_reason": str(response.stop_reason),
+                }
+                span.set_attribute(OUTPUT_MESSAGES, _dumps([out]))
             usage = response.usage
             span.set_attribute(RESPONSE_MODEL, response.model)
             if response.response_id:
@@ -143,6 +311,8 @@ class OpenTelemetryObserver(NullObserver):
             span.set_attribute(CACHE_CREATION, usage.cache_write_tokens)
             span.end()
         elif event.kind == "retry_scheduled" or event.kind == "model_failed":
+            if self.propagate_to_requests:
+                TRACE_HEADERS.set(None)
             span = self._chats.pop(key, None)
             if span is not None:
                 _fail(span, event.error)
@@ -153,7 +323,7 @@ class OpenTelemetryObserver(NullObserver):
             if run is None:
                 return
             call = event.call
-            self._tools[call.id] = self._tracer.start_span(
+            tool = self._tracer.start_span(
                 f"execute_tool {call.name}",
                 context=trace.set_span_in_context(run[0]),
                 kind=SpanKind.INTERNAL,
@@ -164,17 +334,40 @@ class OpenTelemetryObserver(NullObserver):
                     TOOL_TYPE: "function",
                 },
             )
+            self._tools[call.id] = tool
+            if self._mask is not None:
+                text = self._mask(_arguments(call), self.max_content_chars)
+                tool.set_attribute(TOOL_ARGUMENTS, text)
         elif event.kind == "tool_finished":
             span = self._tools.pop(event.call.id, None)
             if span is None:
                 return
+            if self._mask is not None:
+                text = self._mask(event.result.content, self.max_content_chars)
+                span.set_attribute(TOOL_RESULT, text)
             if event.result.is_error:
                 span.set_attribute(ERROR_TYPE, "tool_error")
                 span.set_status(Status(StatusCode.ERROR, event.result.content[:200]))
             span.end()
+        elif event.kind == "guardrail_tripped":
+            run = self._runs.get(key)
+            if run is not None:
+                trip = event.trip
+                run[0].add_event(
+                    "fanloop.guardrail_tripped",
+                    {
+                        "fanloop.guardrail.name": trip.name,
+                        "fanloop.guardrail.kind": trip.kind,
+                        "fanloop.guardrail.message": (trip.message or "")[:500],
+                    },
+                )
         elif event.kind == "run_finished":
+            if self.propagate_to_requests:
+                TRACE_HEADERS.set(None)
             self._waited.pop(key, None)
             entry = self._runs.pop(key, None)
+            if entry is not None:
+                self._by_id = {k: v for k, v in self._by_id.items() if v is not entry[0]}
             chat = self._chats.pop(key, None)
             if chat is not None:
                 chat.end()
@@ -191,6 +384,65 @@ class OpenTelemetryObserver(NullObserver):
                 _fail(span, error)
             else:
                 span.end()
+
+    # -- content capture ---------------------------------------------------------------------
+
+    def _capture_request(self, span: Any, request: Any) -> None:
+        """``gen_ai.system_instructions`` and ``gen_ai.input.messages`` of a model call: the
+        newest messages first until ``max_content_chars`` is spent (the older ones are
+        counted in ``fanloop.input_messages_dropped``)."""
+        budget = self.max_content_chars
+        mask = self._mask
+        assert mask is not None
+        if request.system:
+            system = mask(request.system, budget)
+            span.set_attribute(SYSTEM_INSTRUCTIONS, _dumps([{"type": "text", "content": system}]))
+        messages: list[dict[str, Any]] = []
+        history: tuple[Message, ...] = request.messages
+        for message in reversed(history[-MAX_INPUT_MESSAGES:]):
+            if budget <= 0:
+                break
+            parts, spent = self._parts(message.content, budget)
+            budget -= spent
+            messages.append({"role": _role(message), "parts": parts})
+        messages.reverse()
+        span.set_attribute(INPUT_MESSAGES, _dumps(messages))
+        dropped = len(history) - len(messages)
+        if dropped:
+            span.set_attribute("fanloop.input_messages_dropped", dropped)
+
+    def _parts(self, content: Any, budget: int) -> tuple[list[dict[str, Any]], int]:
+        """The semantic conventions' parts of a message's content, their text capped (to
+        ``budget`` characters in all) and masked; and the characters spent."""
+        mask = self._mask
+        assert mask is not None
+        parts: list[dict[str, Any]] = []
+        spent = 0
+        for part in content:
+            left = max(budget - spent, 0)
+            if isinstance(part, TextPart):
+                text = mask(part.text, left)
+                parts.append({"type": "text", "content": text})
+            elif isinstance(part, ThinkingPart):
+                text = mask(part.text, left)
+                parts.append({"type": "reasoning", "content": text})
+            elif isinstance(part, ToolCallPart):
+                text = mask(_arguments(part), left)
+                parts.append(
+                    {"type": "tool_call", "id": part.id, "name": part.name, "arguments": text}
+                )
+            elif isinstance(part, ToolResultPart):
+                text = mask(part.content, left)
+                parts.append({"type": "tool_call_response", "id": part.call_id, "response": text})
+            elif isinstance(part, ImagePart | DocumentPart):  # never the bytes
+                text = ""
+                modality = "image" if isinstance(part, ImagePart) else "document"
+                parts.append({"type": "blob", "modality": modality, "mime_type": part.media_type})
+            else:
+                text = ""
+                parts.append({"type": str(getattr(part, "kind", "unknown"))})
+            spent += len(text)
+        return parts, spent
 
     def _paced(self, key: _RunKey, event: Any) -> None:
         """A pacing wait (or an unreachable pacing backend) inside a model call: an event on
@@ -227,3 +479,87 @@ def _fail(span: Any, error: BaseException) -> None:
     span.set_attribute(ERROR_TYPE, type(error).__name__)
     span.set_status(Status(StatusCode.ERROR, str(error)[:200]))
     span.end()
+
+
+def continued_context(raw: object) -> Any:
+    """The OpenTelemetry context of a stored W3C trace context (``RunStarted.trace_context``),
+    or ``None`` (with a debug log) when it is not a valid one. The value was read back from a
+    session or a workflow, so it is untrusted: a ``traceparent`` must be version ``00``, exactly
+    55 characters, lowercase hex, with non-zero ids; a ``tracestate`` longer than 512
+    characters or with characters outside printable ASCII is dropped."""
+    if not isinstance(raw, Mapping):
+        logger.debug("trace_context_ignored", reason="not a mapping")
+        return None
+    parent = raw.get("traceparent")
+    if (
+        not isinstance(parent, str)
+        or len(parent) != MAX_TRACEPARENT
+        or _TRACEPARENT.fullmatch(parent) is None
+    ):
+        shown = parent[:80] if isinstance(parent, str) else type(parent).__name__
+        logger.debug("trace_context_ignored", reason="invalid traceparent", value=shown)
+        return None
+    carrier = {"traceparent": parent}
+    state = raw.get("tracestate")
+    if isinstance(state, str) and state:
+        if len(state) <= MAX_TRACESTATE and _TRACESTATE.fullmatch(state):
+            carrier["tracestate"] = state
+        else:
+            logger.debug("trace_context_tracestate_ignored", length=len(state))
+    ctx = _PROPAGATOR.extract(carrier, context=otel_context.Context())
+    if not trace.get_current_span(ctx).get_span_context().is_valid:
+        logger.debug("trace_context_ignored", reason="not extracted", value=parent)
+        return None
+    return ctx
+
+
+class _Masker:
+    """Caps a value, then masks its secrets: the ``env`` tool's rules
+    (:func:`fanloop.tools._secrets.redact`) and the literal values of the environment's secret
+    variables (snapshot when the observer is made)."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        values = {
+            v
+            for n, v in environ.items()
+            if _MIN_SECRET_VALUE <= len(v) <= _MAX_SECRET_VALUE and is_secret_variable(n, v)
+        }
+        ordered = sorted(values, key=len, reverse=True)
+        self._literal = re.compile("|".join(map(re.escape, ordered))) if ordered else None
+
+    def __call__(self, text: str, cap: int) -> str:
+        """``text`` cut to ``cap`` characters (with a marker), its secrets masked. Only
+        ``cap`` plus a margin is scanned (the margin is dropped after masking, so a secret cut
+        in two at the cap is not half shown); the work is linear in that."""
+        size = len(text)
+        cut = size > cap
+        if cut:
+            text = text[: cap + _MARGIN]
+        if self._literal is not None:
+            text = self._literal.sub(MASK, text)
+        text = redact(text)
+        if cut:
+            text = text[: max(len(text) - _MARGIN, 0)][:cap] if size > cap + _MARGIN else text[:cap]
+            text += TRUNCATED.format(n=f"{size - cap:,}")
+        return text
+
+
+def _arguments(call: ToolCallPart) -> str:
+    try:
+        return json.dumps(call.arguments, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return "{}"
+
+
+def _role(message: Message) -> str:
+    if (
+        message.role == "user"
+        and message.content
+        and all(isinstance(p, ToolResultPart) for p in message.content)
+    ):
+        return "tool"
+    return str(message.role)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))

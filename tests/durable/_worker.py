@@ -134,6 +134,31 @@ def upper_currency(invoice: Invoice) -> Invoice:
     return invoice.model_copy(update={"currency": invoice.currency.upper()})
 
 
+# -- tracing: the traced agents export their spans to MARKS_DIR/spans-PID.jsonl ------------------
+
+
+def tracing_observer() -> object:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import (
+        SimpleSpanProcessor,
+        SpanExporter,
+        SpanExportResult,
+    )
+
+    from fanloop.otel import OpenTelemetryObserver
+
+    class JSONLinesExporter(SpanExporter):
+        def export(self, spans: object) -> SpanExportResult:
+            with (marks / f"spans-{PID}.jsonl").open("a", encoding="utf-8") as f:
+                for span in spans:  # type: ignore[attr-defined]
+                    f.write(span.to_json(indent=None) + "\n")
+            return SpanExportResult.SUCCESS
+
+    tracing = TracerProvider()
+    tracing.add_span_processor(SimpleSpanProcessor(JSONLinesExporter()))
+    return OpenTelemetryObserver(tracing)
+
+
 fast = OpenAIProvider("gpt-4.1", api_key="test", base_url=llm_url)
 slow = OpenAIProvider("gpt-4.1", api_key="test", base_url=slow_url)
 limits = Limits(max_turns=10)
@@ -192,6 +217,32 @@ durables = {
         events=False,
     ),
 }
+try:
+    observer = tracing_observer()
+except ImportError:  # no OpenTelemetry SDK: the tracing tests skip
+    pass
+else:
+    durables["tcrash"] = DurableAgent(
+        Agent(
+            fast,
+            system="agent:crash",
+            tools=[fetch, note],
+            limits=limits,
+            name="tracked",
+            observer=observer,  # type: ignore[arg-type]
+        ),
+        name="tcrash",
+    )
+    durables["tdesk"] = DurableAgent(
+        Agent(
+            fast,
+            system="agent:desk",
+            tools=[Agent(fast, system="agent:clerk", name="clerk").as_tool("ask_clerk")],
+            name="desk",
+            observer=observer,  # type: ignore[arg-type]
+        ),
+        name="tdesk",
+    )
 
 
 async def main() -> None:

@@ -28,6 +28,7 @@ from fanloop.events import (
     CompactionFinished,
     CompactionStarted,
     ContextUsage,
+    HandoffOccurred,
     MessageAppended,
     ModelFailed,
     ResponseCompleted,
@@ -149,6 +150,7 @@ EVENTS: list[Any] = [
     ToolStarted(SAMPLE_CALL),
     ToolFinished(SAMPLE_CALL, ToolResultPart(call_id="c1", content="found"), 0.25),
     MessageAppended(Message.user("go"), 0),
+    HandoffOccurred("triage", "billing", "c1"),
     RunRecovered(2, True),
 ]
 

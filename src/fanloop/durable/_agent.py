@@ -120,7 +120,9 @@ class DurableAgent:
 
     Args:
         agent: the agent to run. Its provider, tools, limits, retry policy, ``confirm`` and
-            ``auto_approve`` apply; its observer and hooks are not called (read the events).
+            ``auto_approve`` apply; its observer and hooks are not called (read the events),
+            except an :class:`~fanloop.otel.OpenTelemetryObserver`: the spans of a run are
+            made by the worker that runs it, all in the trace :meth:`start` was called in.
         name: the name of the run workflow (``fanloop.<name>``), unique in the process and the
             same in every worker.
         queue: the DBOS queue of the sub-agents (default ``fanloop.<name>``; a sub-agent's
@@ -221,6 +223,9 @@ class DurableAgent:
             "messages": [m.model_dump(mode="json") for m in messages] if messages else None,
             "limits": None,
         }
+        tracer = self._root.tracer
+        if tracer is not None and callable(getattr(tracer, "remote_trace_context", None)):
+            payload["trace"] = tracer.remote_trace_context(self.agent.name)
         if workflow_id is None:
             handle = await DBOS.start_workflow_async(self._root.workflow, payload)
         else:

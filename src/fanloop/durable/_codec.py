@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import errors
 from .._model_types import ModelResponse, Usage
-from .._result import RunResult
+from .._result import GuardrailTrip, RunResult
 from ..errors import FanloopError, ProviderError
 from ..events import Event, RunFinished
 from ..messages import Message, ToolCallPart, ToolResultPart
@@ -158,6 +158,7 @@ _MODELS: dict[str, Any] = {
     "response": ModelResponse,
     "turn_usage": Usage,
     "total_usage": Usage,
+    "trip": GuardrailTrip,
 }
 
 

@@ -32,6 +32,7 @@ from .._model_types import Usage
 from .._settings import ModelSettings
 from ..errors import ProviderError
 from ..limits import Limits
+from ..observers import trace_context_of
 from ..tools.base import Tool, ToolResult, current_context
 from ._budget import durable_budget, shared_limits
 from ._codec import dump_prompt, load_run_output
@@ -141,7 +142,11 @@ class DurableSubAgent(Tool):
         account = account_of(run)
         before, mine = self._lanes.join(self.name) if self._serial else (None, None)
         try:
-            out = await step(self._step, self._body, before, task, limits, account, ctx.call.id)
+            # The child's spans go under this call's execute_tool span (when traced).
+            trace = trace_context_of(run.agent.observer, ctx.call.id)
+            out = await step(
+                self._step, self._body, before, task, limits, account, ctx.call.id, trace
+            )
         finally:
             if mine is not None:
                 mine.set()
@@ -155,6 +160,7 @@ class DurableSubAgent(Tool):
         limits: dict[str, Any],
         account: dict[str, Any] | None,
         call_id: str,
+        trace: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         if before is not None:
             await before.wait()
@@ -166,6 +172,8 @@ class DurableSubAgent(Tool):
             "limits": limits,
             "account": account,
         }
+        if trace:
+            payload["trace"] = trace
         await outside_workflow(lambda: self._child.enqueue(child_id, payload))
         async with anyio.create_task_group() as tg:
             if self._sink.enabled:

@@ -16,6 +16,7 @@ from .._output import FINAL_TOOL
 from ..errors import ConfigurationError, ProviderError
 from ..limits import Budget, Limits
 from ..messages import Message
+from ..observers import MultiObserver, tracing_observer
 from ._budget import DurableBudget, durable_budget, shared_limits
 from ._codec import dump_run_output, load_prompt
 from ._dbos import dbos, interrupted_cause, require
@@ -56,6 +57,7 @@ class Level:
         queues: Callable[[int], QueueSpec],
         events: bool,
         own_limits: bool = False,
+        tracer: Any = None,
     ) -> None:
         if depth > MAX_LEVELS:
             raise ConfigurationError(
@@ -66,6 +68,9 @@ class Level:
         self.depth = depth
         self.events = events
         self.own_limits = own_limits  # an agent given as a tool: its limits are its own too
+        # The agent's tracing observer (fanloop.otel), else the level above's: the only
+        # observer a durable run calls besides its event sink (spans are made where it runs).
+        self.tracer = tracing_observer(agent.observer) or tracer
         self.workflow_name = workflow_name
         self.queue_spec = queues(depth) if depth else None
         self.provider = DurableProvider(agent.provider)
@@ -86,6 +91,7 @@ class Level:
                     queues=queues,
                     events=events,
                     own_limits=isinstance(t, AgentTool),
+                    tracer=self.tracer,
                 )
         level = self
 
@@ -110,6 +116,9 @@ class Level:
         agent = self.build(sink, payload.get("limits"))
         budget = self.budget(agent, payload.get("account"))
         prompt = load_prompt(payload.get("prompt"))
+        # The trace context the run was started (or its parent's tool call enqueued it) under:
+        # every execution of the workflow, a recovered one included, goes on in that trace.
+        trace = payload.get("trace") if self.tracer is not None else None
         messages = [Message.model_validate(m) for m in payload.get("messages") or ()]
         failure: BaseException | None = None
         output: dict[str, Any] = {}
@@ -118,7 +127,14 @@ class Level:
             try:
                 # Ids the loop makes (the run's, invented call ids) are the same on a replay.
                 with id_source(counter_source(dbos().workflow_id or "")):
-                    output = await _run(agent, prompt, messages, self.output_adapter, budget)
+                    output = await _run(
+                        agent,
+                        prompt,
+                        messages,
+                        self.output_adapter,
+                        budget,
+                        trace if isinstance(trace, dict) else None,
+                    )
             except BaseException as exc:
                 failure = interrupted_cause(exc)
                 if failure is None:
@@ -154,7 +170,7 @@ class Level:
             delegation=False,
             memory=False,
             skills=False,
-            observer=sink,
+            observer=sink if self.tracer is None else MultiObserver(sink, self.tracer),
             hooks=None,
             confirm=gate,
             # The caps apply inside the tool steps (see _steps); the keyed limits and threads
@@ -215,10 +231,13 @@ async def _run(
     messages: list[Message],
     adapter: Any,
     budget: Budget | None,
+    trace: dict[str, str] | None = None,
 ) -> Any:
     before = None if budget is None else partial(_spend_from, budget)
     try:
-        result = await agent._execute(prompt, messages=messages or None, before=before)
+        result = await agent._execute(
+            prompt, messages=messages or None, before=before, trace_context=trace
+        )
     except ProviderError as exc:
         await _close(budget)
         return dump_run_output(exc.partial, exc, adapter)

@@ -29,7 +29,7 @@ import anyio
 import httpx2
 
 from ..errors import AuthenticationError, ConfigurationError, ProviderTimeout
-from ._endpoint import Endpoint, _base_headers, _endpoint, _merge
+from ._endpoint import TRACE_HEADERS, Endpoint, _base_headers, _endpoint, _merge
 from ._http import HTTPProvider, Response, Transport, direct_transport
 
 __all__ = ["AzureTokenProvider", "azure_provider", "build_endpoint"]
@@ -82,7 +82,7 @@ class _TokenEndpoint(Endpoint):
             raise AuthenticationError(
                 "azure_ad_token_provider did not return a non-empty string", provider="azure"
             )
-        bearer = {"Authorization": f"Bearer {token}"}
+        bearer = {"Authorization": f"Bearer {token}", **(TRACE_HEADERS.get() or {})}
         wire = direct_transport(pool)
         if wire is None:
             request = pool.build_request(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,7 @@ from ._pools import LoopPools
 
 __all__ = [
     "ANTHROPIC_API_VERSION",
+    "TRACE_HEADERS",
     "Endpoint",
     "anthropic_endpoint",
     "from_sdk_client",
@@ -47,6 +49,14 @@ ANTHROPIC_API_VERSION = "2026-10-21"
 
 ANTHROPIC_URL = "https://api.anthropic.com"
 OPENAI_URL = "https://api.openai.com/v1"
+
+TRACE_HEADERS: ContextVar[Mapping[str, str] | None] = ContextVar(
+    "fanloop_trace_headers", default=None
+)
+"""Headers added to the model requests sent from the current context: the W3C
+``traceparent``/``tracestate`` of the model call's span, set by
+``OpenTelemetryObserver(propagate_to_requests=True)`` (:mod:`fanloop.otel`) while the call
+is under way. Unset (``None``): nothing is added."""
 
 _USER_AGENT = f"fanloop/{__version__}"
 _HTTPX_DEFAULT_TIMEOUT = httpx2.Timeout(5.0)
@@ -96,15 +106,20 @@ class Endpoint:
             RuntimeError: ``pool`` is closed.
         """
         wire = direct_transport(pool)
+        trace = TRACE_HEADERS.get()
         if wire is None:
-            return self._send_httpx(pool, body)
+            return self._send_httpx(pool, body, trace)
         if pool.is_closed:
             raise RuntimeError("Cannot send a request, as the client has been closed.")
-        return wire.post(self.url, self.wire_headers, body, self.wire_timeout)
+        headers = self.wire_headers if trace is None else {**self.wire_headers, **trace}
+        return wire.post(self.url, headers, body, self.wire_timeout)
 
-    async def _send_httpx(self, pool: httpx2.AsyncClient, body: bytes) -> Response:
+    async def _send_httpx(
+        self, pool: httpx2.AsyncClient, body: bytes, trace: Mapping[str, str] | None = None
+    ) -> Response:
+        headers = self.headers if trace is None else {**self.headers, **trace}
         request = pool.build_request(
-            "POST", self.url, content=body, headers=self.headers, timeout=self.timeout
+            "POST", self.url, content=body, headers=headers, timeout=self.timeout
         )
         response: httpx2.Response = await pool.send(request, stream=True)
         return response

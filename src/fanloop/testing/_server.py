@@ -25,10 +25,10 @@ import json
 import threading
 import urllib.parse
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, TypeVar
 
 from .._model_types import ModelResponse
 from . import _cloud, _responses
@@ -100,6 +100,51 @@ _REASONS = {
     529: "Overloaded",
 }
 _DEFAULT_PARTIAL = "This answer is cut off by an injected fault before it can finish."
+
+T = TypeVar("T")
+
+
+class _ClientGone(Exception):
+    """The client closed the connection before its answer was complete."""
+
+
+class _Hangup:
+    """Watches one connection while its answer is held back (a scripted function still
+    making the turn, ``latency``, ``Fault.slow``), so a client that gives up is seen at once.
+
+    It reads ahead one byte: the end of the stream means the client is gone. A byte means the
+    client sent its next request before this answer (no HTTP/1.1 client of the SDKs does):
+    the answer still goes out, and the connection is closed after it (``broken``).
+    """
+
+    __slots__ = ("broken", "reader")
+
+    def __init__(self, reader: asyncio.StreamReader) -> None:
+        self.reader = reader
+        self.broken = False
+
+    async def hold(self, work: Awaitable[T]) -> T:
+        """``await work``, unless the client goes away first (then :class:`_ClientGone`)."""
+        task = asyncio.ensure_future(work)
+        if self.broken:
+            return await task
+        watch = asyncio.ensure_future(self.reader.read(1))
+        try:
+            await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if not task.done():
+                if watch.exception() is None and watch.result():
+                    self.broken = True
+                    return await task
+                task.cancel()
+                await asyncio.wait({task})
+                raise _ClientGone
+            return task.result()
+        finally:
+            unfinished = {t for t in (task, watch) if not t.done()}
+            for pending in unfinished:
+                pending.cancel()
+            if unfinished:  # the reader is free again only once the read has let go
+                await asyncio.wait(unfinished)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +262,12 @@ class FakeLLMServer:
             requests per ``per`` seconds, the rest answered 429 with a ``Retry-After``;
             :attr:`rate_log` keeps what it saw.
         record: keep every request in :attr:`requests`.
+
+    Attributes:
+        requests: every request received (:class:`RecordedRequest`), when ``record``.
+        aborted: the request ids of requests whose client went away before their answer was
+            complete: while it was held back (a scripted function, ``latency``,
+            ``Fault.slow``) or mid-stream. :meth:`wait_aborted` waits for them.
         host: the interface to bind.
         port: the port (0: an ephemeral one).
 
@@ -250,6 +301,8 @@ class FakeLLMServer:
         self.record = record
         self.requests: list[RecordedRequest] = []
         self.errors: list[BaseException] = []
+        self.aborted: list[str] = []
+        self._aborts = threading.Condition()
         self._host = host
         self._port = port
         self._queues: dict[str | None, deque[Any]] = {
@@ -279,10 +332,24 @@ class FakeLLMServer:
         return sum(len(q) for q in self._queues.values())
 
     def clear(self) -> None:
-        """Forget queued turns and recorded requests."""
+        """Forget queued turns, recorded requests and aborted ones."""
         for queue in self._queues.values():
             queue.clear()
         self.requests.clear()
+        with self._aborts:
+            self.aborted.clear()
+
+    def wait_aborted(self, count: int = 1, timeout: float | None = None) -> bool:
+        """Block until ``count`` requests were abandoned by their client (see
+        :attr:`aborted`); ``False`` if ``timeout`` seconds pass first. From async code, call
+        it in a worker thread (``await anyio.to_thread.run_sync(server.wait_aborted)``)."""
+        with self._aborts:
+            return self._aborts.wait_for(lambda: len(self.aborted) >= count, timeout)
+
+    def _abort(self, request_id: str) -> None:
+        with self._aborts:
+            self.aborted.append(request_id)
+            self._aborts.notify_all()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -415,11 +482,12 @@ class FakeLLMServer:
                         headers[name.strip().lower()] = value.strip()
                 body = await self._read_body(reader, headers)
                 keep_alive = headers.get("connection", "").lower() != "close"
-                if not await self._respond(method, target, headers, body, writer):
+                hangup = _Hangup(reader)
+                if not await self._respond(method, target, headers, body, writer, hangup):
                     return
-                if not keep_alive:
+                if not keep_alive or hangup.broken:
                     return
-        except (ConnectionError, asyncio.IncompleteReadError):
+        except (ConnectionError, asyncio.IncompleteReadError, _ClientGone):
             return
         except asyncio.CancelledError:
             # Only stop() cancels handlers. Finishing normally keeps asyncio from logging the
@@ -454,6 +522,7 @@ class FakeLLMServer:
         headers: dict[str, str],
         raw_body: bytes,
         writer: asyncio.StreamWriter,
+        hangup: _Hangup,
     ) -> bool:
         """Answer one request; ``False`` when the connection must be closed."""
         path, _, query = target.partition("?")
@@ -521,14 +590,30 @@ class FakeLLMServer:
                     retry_after_ms=retry_after_ms,
                 )
                 return True
-        turn = await self._next_turn(api, body)
+        try:
+            return await self._answer(api, body, cloud, request_id, writer, hangup)
+        except (ConnectionError, _ClientGone):
+            self._abort(request_id)
+            raise
+
+    async def _answer(
+        self,
+        api: str,
+        body: dict[str, Any],
+        cloud: Any,
+        request_id: str,
+        writer: asyncio.StreamWriter,
+        hangup: _Hangup,
+    ) -> bool:
+        """Play the next scripted turn for one request."""
+        turn = await hangup.hold(self._next_turn(api, body))
         if turn is None:
             await self._send_error(
                 writer, api, 400, None, "FakeLLMServer has no scripted turn left", request_id
             )
             return True
         if self.latency:
-            await asyncio.sleep(self.latency)
+            await hangup.hold(asyncio.sleep(self.latency))
         fault: Fault | None = None
         if isinstance(turn, Hostile):
             stream = body.get("stream") is True or (cloud is not None and cloud.stream)
@@ -537,7 +622,7 @@ class FakeLLMServer:
         if isinstance(turn, Fault):
             fault = turn
             if fault.delay:
-                await asyncio.sleep(fault.delay)
+                await hangup.hold(asyncio.sleep(fault.delay))
             if fault.status is not None:
                 await self._send_error(
                     writer,

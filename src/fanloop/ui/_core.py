@@ -49,6 +49,7 @@ from anyio.abc import TaskGroup
 
 from .._agent import _AUTO_TOOLS
 from .._approvals import DEFER, pending_approvals
+from .._handoff import HandoffTool
 from .._log import logger
 from .._stream import RunStream
 from ..errors import ApprovalError, RequestInvalid
@@ -220,7 +221,11 @@ class Bridge:
         changes: dict[str, Any] = {"confirm": self._confirm_for(names), "auto_approve": False}
         if tools:
             changes["tools"] = [
-                *(t for t in self.agent.tools.values() if t.name not in _AUTO_TOOLS),
+                *(
+                    t
+                    for t in self.agent.tools.values()
+                    if t.name not in _AUTO_TOOLS and not isinstance(t, HandoffTool)
+                ),
                 *tools,
             ]
         variant = self.agent.with_options(**changes)

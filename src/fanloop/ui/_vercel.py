@@ -112,6 +112,7 @@ _FINISH_REASONS: Final[Mapping[str, str]] = {
     TerminationReason.AWAITING_APPROVAL: "tool-calls",
     TerminationReason.MAX_TOKENS: "length",
     TerminationReason.MODEL_REFUSAL: "content-filter",
+    TerminationReason.GUARDRAIL_TRIPPED: "content-filter",
     TerminationReason.PROVIDER_ERROR: "error",
 }
 
