@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 
 from _common import Row, median_time, table, write
-from fanloop import Agent, Limits, NullObserver, tool
+from fanloop import Agent, Delegation, Limits, NullObserver, tool
 from fanloop.messages import Message, ToolResultPart
 from fanloop.providers import ModelRequest, ModelResponse, ToolSpec
 from fanloop.testing import ScriptedProvider, call, reply
@@ -231,7 +231,7 @@ async def delegations(repeats: int = 3) -> Row:
             return reply(tool_calls=[call("delegate", task=f"topic {i}") for i in range(8)])
         return "all reports in"
 
-    agent = Agent(ScriptedProvider(model), delegation=True, delegate_tools=[slow_lookup])
+    agent = Agent(ScriptedProvider(model), delegation=Delegation(tools=[slow_lookup]))
     wall = await median_time(lambda: agent.run("research"), repeats)
     return Row(
         "one turn delegating to 8 sub-agents whose tool sleeps 0.5 s",

@@ -46,10 +46,10 @@ async def test_skills_are_listed_and_readable(tmp_path: Path) -> None:
 
 def test_hosted_tools_need_provider_support() -> None:
     with pytest.raises(ConfigurationError, match="does not support hosted tool 'web_search'"):
-        Agent(ScriptedProvider([]), hosted_tools=[HostedTool("web_search")])
+        Agent(ScriptedProvider([]), tools=[HostedTool("web_search")])
     ok = Agent(
         ScriptedProvider([], hosted_tools=frozenset({"web_search"})),
-        hosted_tools=[HostedTool("web_search")],
+        tools=[HostedTool("web_search")],
     )
     assert ok.hosted_tools[0].kind == "web_search"
 

@@ -12,6 +12,8 @@ from pydantic import BaseModel
 
 from fanloop import (
     Agent,
+    Concurrency,
+    ContextPolicy,
     Delegation,
     GuardrailResult,
     Hooks,
@@ -68,32 +70,35 @@ def every_option(tmp_path: Path) -> dict[str, Any]:
     return {
         "provider": [older_spelling_tool],
         "system": "Be brief.",
-        "tools": [lookup],
+        "tools": [lookup, HostedTool("web_search")],
         "limits": Limits(max_turns=7),
         "retry": RetryPolicy(max_retries=5),
         "confirm": confirm,
         "auto_approve": True,
         "observer": NullObserver(),
         "hooks": Hooks(),
-        "delegation": Delegation(system="You help."),
+        "delegation": Delegation(
+            system="You help.", max_depth=2, tools=[ReadFileTool(root=str(tmp_path))]
+        ),
         "memory": True,
         "skills": True,
         "name": "everything",
-        "model_settings": ModelSettings(top_p=0.5),
-        "max_tokens": 1000,
-        "max_tokens_ceiling": 9000,
-        "temperature": 0.25,
-        "thinking_budget": 2048,
-        "hosted_tools": [HostedTool("web_search")],
-        "max_concurrency": 3,
-        "tool_concurrency": {"lookup": 1},
-        "concurrency_limits": {"test-agent-options-db": 2},
-        "tool_threads": 8,
-        "context_window": 50_000,
-        "compact_threshold": 0.5,
-        "max_tool_result_chars": 1234,
-        "max_depth": 2,
-        "delegate_tools": [ReadFileTool(root=str(tmp_path))],
+        "model_settings": ModelSettings(
+            top_p=0.5,
+            max_tokens=1000,
+            max_tokens_ceiling=9000,
+            temperature=0.25,
+            thinking_budget=2048,
+        ),
+        "concurrency": Concurrency(
+            max_concurrency=3,
+            tool_concurrency={"lookup": 1},
+            concurrency_limits={"test-agent-options-db": 2},
+            tool_threads=8,
+        ),
+        "context": ContextPolicy(
+            context_window=50_000, compact_threshold=0.5, max_tool_result_chars=1234
+        ),
         "workspace": str(tmp_path),
         "output_type": Answer,
         "output_retries": 3,
@@ -132,8 +137,13 @@ def test_with_options_without_changes_keeps_every_option(tmp_path: Path) -> None
     assert list(copy.tools) == list(agent.tools)
     assert copy.tools["lookup"] is agent.tools["lookup"]
     assert copy.output.output_type is Answer and copy.output.retries == 3
-    assert copy.tools["delegate"]._tools == agent._options["delegate_tools"]  # type: ignore[attr-defined]
+    delegation = agent._options["delegation"]
+    assert copy.tools["delegate"]._tools == delegation.tools  # type: ignore[attr-defined]
     assert copy.tools["delegate"]._system == "You help."  # type: ignore[attr-defined]
+    assert copy.tools["delegate"]._max_depth == 2  # type: ignore[attr-defined]
+    assert copy.max_depth == 2 and copy.max_concurrency == 3 and copy.context_window == 50_000
+    assert copy.thinking_budget == 2048 and copy.max_tokens_ceiling == 9000
+    assert [h.kind for h in copy.hosted_tools] == ["web_search"]
 
 
 def test_override_without_changes_keeps_every_option(tmp_path: Path) -> None:
@@ -143,8 +153,12 @@ def test_override_without_changes_keeps_every_option(tmp_path: Path) -> None:
 
 
 def test_a_change_replaces_only_its_own_option() -> None:
-    agent = Agent(ScriptedProvider(), name="a", max_tokens=100, temperature=0.5)
-    copy = agent.with_options(temperature=0.1)
+    agent = Agent(
+        ScriptedProvider(), name="a", model_settings=ModelSettings(max_tokens=100, temperature=0.5)
+    )
+    copy = agent.with_options(
+        model_settings=agent.model_settings.merge(ModelSettings(temperature=0.1))
+    )
     assert copy.model_settings == ModelSettings(max_tokens=100, temperature=0.1)
     assert copy.name == "a"
     changed = {k for k in agent._options if copy._options[k] != agent._options[k]}
@@ -152,10 +166,13 @@ def test_a_change_replaces_only_its_own_option() -> None:
 
 
 def test_a_new_tool_threads_gets_a_new_pool_with_the_same_keys() -> None:
-    agent = Agent(ScriptedProvider(), concurrency_limits={"test-agent-options-key": 2})
+    agent = Agent(
+        ScriptedProvider(),
+        concurrency=Concurrency(concurrency_limits={"test-agent-options-key": 2}),
+    )
     same = agent.with_options(name="b")
     assert same.limiters is agent.limiters
-    copy = agent.with_options(tool_threads=4)
+    copy = agent.with_options(concurrency=Concurrency(tool_threads=4))
     assert copy.limiters is not agent.limiters
     assert copy.limiters.threads == 4
     assert copy.limiters.keys == {"test-agent-options-key": 2}

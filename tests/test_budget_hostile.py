@@ -15,7 +15,17 @@ from typing import Any
 import anyio
 import pytest
 
-from fanloop import Agent, Hooks, Limits, RetryPolicy, TerminationReason, Tool, ToolResult
+from fanloop import (
+    Agent,
+    Delegation,
+    Hooks,
+    Limits,
+    ModelSettings,
+    RetryPolicy,
+    TerminationReason,
+    Tool,
+    ToolResult,
+)
 from fanloop.catalog import ModelInfo, cost_of, register_model
 from fanloop.errors import Overloaded
 from fanloop.limits import Budget, InputEstimate, Reservation, estimate_input, text_tokens
@@ -126,9 +136,8 @@ async def test_ten_parallel_delegations_do_not_overshoot_the_shared_budget(
     agent = Agent(
         provider,
         system=LEAD,
-        delegation=True,
-        delegate_tools=[Probe()],
-        max_tokens=100,
+        delegation=Delegation(tools=[Probe()]),
+        model_settings=ModelSettings(max_tokens=100),
         limits=limits,
     )
     with anyio.fail_after(10):
@@ -190,7 +199,13 @@ async def test_a_sibling_that_fits_runs_while_another_holds_a_big_reservation() 
     ]
     big_call = estimate_input(provider_request(BIG)).tokens
     limits = Limits(max_input_tokens=10 + big_call + 200 + big_call // 2)
-    agent = Agent(provider, system=LEAD, tools=tools, max_tokens=50, limits=limits)
+    agent = Agent(
+        provider,
+        system=LEAD,
+        tools=tools,
+        model_settings=ModelSettings(max_tokens=50),
+        limits=limits,
+    )
     with anyio.fail_after(10):
         result = await agent.run("go")
     assert result.termination_reason is TerminationReason.COMPLETED
@@ -241,7 +256,7 @@ async def test_cancelled_while_waiting_for_the_budget_holds_nothing() -> None:
         provider,
         system=LEAD,
         tools=[peek, hold, wait],
-        max_tokens=50,
+        model_settings=ModelSettings(max_tokens=50),
         hooks=Hooks(on_tool_result=on_tool_result),
         limits=Limits(max_input_tokens=10 + big_call + big_call // 2),
     )
@@ -280,7 +295,7 @@ async def test_cancelling_the_run_while_calls_hold_and_wait_leaves_nothing_reser
         provider,
         system=LEAD,
         tools=[peek, hold, wait],
-        max_tokens=50,
+        model_settings=ModelSettings(max_tokens=50),
         limits=Limits(max_input_tokens=10 + big_call + big_call // 2, max_cost_usd=5.0),
     )
     with anyio.fail_after(10):
@@ -471,13 +486,11 @@ def ten_sub_agents(
 
     provider = ScriptedProvider(respond, model=PRICED)
     if how == "delegate":
-        agent = Agent(
-            provider, system=LEAD, delegation=True, delegate_tools=[Probe()], limits=limits
-        )
+        agent = Agent(provider, system=LEAD, delegation=Delegation(tools=[Probe()]), limits=limits)
     else:
         helper = Agent(provider, system="You help.", tools=[Probe()], name="helper")
         agent = Agent(provider, system=LEAD, tools=[helper.as_tool("helper")], limits=limits)
-    return agent.with_options(max_tokens=100), provider
+    return agent.with_options(model_settings=ModelSettings(max_tokens=100)), provider
 
 
 @pytest.mark.parametrize("how", ["delegate", "as_tool"])
@@ -582,7 +595,7 @@ async def test_a_retry_is_not_sent_once_a_siblings_report_spent_the_budget(
         system=LEAD,
         tools=[flaky.as_tool("flaky"), greedy.as_tool("greedy")],
         limits=Limits(max_input_tokens=10_000),
-        max_tokens=50,
+        model_settings=ModelSettings(max_tokens=50),
     )
     with anyio.fail_after(10):
         result = await agent.run("go")
@@ -631,7 +644,7 @@ async def test_no_fallback_is_asked_once_a_siblings_report_spent_the_budget(
         system=LEAD,
         tools=[flaky.as_tool("flaky"), greedy.as_tool("greedy")],
         limits=Limits(max_input_tokens=10_000),
-        max_tokens=50,
+        model_settings=ModelSettings(max_tokens=50),
     )
     with anyio.fail_after(10):
         result = await agent.run("go")

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from fanloop import Agent, Hooks, Limits, TerminationReason, tool
+from fanloop import Agent, ContextPolicy, Hooks, Limits, TerminationReason, tool
 from fanloop._context import SUMMARY_HEADER, SUMMARY_PROMPT
 from fanloop.errors import ContextWindowExceeded
 from fanloop.messages import Message, ToolCallPart, ToolResultPart
@@ -68,8 +68,7 @@ async def test_compaction_past_the_threshold_keeps_pairs_and_continues() -> None
     agent = Agent(
         provider,
         tools=[read],
-        context_window=3000,
-        compact_threshold=0.8,
+        context=ContextPolicy(context_window=3000, compact_threshold=0.8),
         hooks=hooks,
         limits=Limits(max_turns=40),
     )
@@ -96,7 +95,7 @@ async def test_context_usage_is_reported_against_the_window() -> None:
     provider = ScriptedProvider([reply("hi", usage=Usage(input_tokens=120, output_tokens=5))])
     agent = Agent(
         provider,
-        context_window=1000,
+        context=ContextPolicy(context_window=1000),
         hooks=Hooks(on_context=lambda used, limit: seen.append((used, limit))),
     )
     await agent.run("hello")
@@ -158,7 +157,9 @@ async def test_the_tool_result_cap_cuts_at_exactly_the_limit(length: int, cut: b
         return output
 
     provider = ScriptedProvider([reply(tool_calls=[call("dump")]), "ok"])
-    result = await Agent(provider, tools=[dump], max_tool_result_chars=1000).run("go")
+    result = await Agent(
+        provider, tools=[dump], context=ContextPolicy(max_tool_result_chars=1000)
+    ).run("go")
     content = result.messages[2].content[0].content  # type: ignore[union-attr]
     if not cut:
         assert content == output
@@ -174,7 +175,9 @@ async def test_oversized_tool_results_are_cut_with_a_note() -> None:
         return "x" * 5000
 
     provider = ScriptedProvider([reply(tool_calls=[call("dump")]), "ok"])
-    result = await Agent(provider, tools=[dump], max_tool_result_chars=1000).run("go")
+    result = await Agent(
+        provider, tools=[dump], context=ContextPolicy(max_tool_result_chars=1000)
+    ).run("go")
     content = result.messages[2].content[0].content  # type: ignore[union-attr]
     assert content.startswith("x" * 1000)
     assert "[... output truncated: 4000 more characters not shown (limit 1000)]" in content

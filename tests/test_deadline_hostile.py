@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 import pytest
 
-from fanloop import Agent, Limits, TerminationReason, tool
+from fanloop import Agent, Delegation, Limits, TerminationReason, tool
 from fanloop.messages import ToolResultPart
 from fanloop.providers import ModelRequest, StopReason
 from fanloop.testing import ScriptedProvider, call, reply
@@ -129,8 +129,7 @@ async def test_a_delegate_stops_at_its_parents_deadline() -> None:
     agent = Agent(
         provider,
         system=lead,
-        delegation=True,
-        delegate_tools=[blocking(steps)],
+        delegation=Delegation(tools=[blocking(steps)]),
         limits=Limits(timeout=TIMEOUT),
     )
     start = time.monotonic()

@@ -8,7 +8,7 @@ from typing import Any
 import anyio
 import pytest
 
-from fanloop import Agent, RunContext, Tool, ToolResult, tool
+from fanloop import Agent, Concurrency, RunContext, Tool, ToolResult, tool
 from fanloop.errors import ToolError
 from fanloop.messages import INVALID_ARGUMENTS_KEY, ToolCallPart, ToolResultPart
 from fanloop.testing import ScriptedProvider, call, reply
@@ -496,7 +496,11 @@ async def test_keyed_limit_is_shared_across_tools() -> None:
         return str(n)
 
     calls = [call(name, n=i) for i in range(3) for name in ("db_read", "db_write", "db_probe")]
-    agent = Agent(batch(*calls), tools=[reader, writer, db_probe], concurrency_limits={"db": 1})
+    agent = Agent(
+        batch(*calls),
+        tools=[reader, writer, db_probe],
+        concurrency=Concurrency(concurrency_limits={"db": 1}),
+    )
     result = await agent.run("go")
     assert not any(r.is_error for r in results_of(result))
     assert r_state["peak"] == w_state["peak"] == 1
@@ -513,7 +517,7 @@ async def test_per_tool_and_per_agent_caps() -> None:
 
     capped2, c2 = tracking_tool("capped")
     free2, f2 = tracking_tool("free")
-    agent = Agent(batch(*calls), tools=[capped2, free2], max_concurrency=3)
+    agent = Agent(batch(*calls), tools=[capped2, free2], concurrency=Concurrency(max_concurrency=3))
     await agent.run("go")
     assert c2["peak"] + f2["peak"] <= 6
     assert max(c2["peak"], f2["peak"]) <= 3

@@ -13,9 +13,11 @@ from pydantic import BaseModel
 from fanloop import (
     DEFER,
     Agent,
+    ContextPolicy,
     Handoff,
     Hooks,
     Limits,
+    ModelSettings,
     NullObserver,
     TerminationReason,
     handoff,
@@ -139,7 +141,7 @@ async def test_with_options_and_override_keep_the_handoffs() -> None:
     copy = triage.with_options(name="front-desk", system="triage: again.")
     assert [h.tool_name for h in copy.handoffs] == ["transfer_to_billing"]
     assert (await copy.run("hi")).last_agent == "billing"
-    with triage.override(max_depth=2) as replacement:
+    with triage.override(context=ContextPolicy(compact_threshold=0.5)) as replacement:
         assert replacement.handoffs == triage.handoffs
         assert (await triage.run("hi")).last_agent == "billing"
 
@@ -511,8 +513,19 @@ async def test_a_browser_app_with_client_tools_keeps_the_handoffs() -> None:
 async def test_the_target_uses_its_own_provider_and_model_settings() -> None:
     front = ScriptedProvider([reply(tool_calls=[call("transfer_to_expert")])])
     back = ScriptedProvider(["expert answer"])
-    expert = Agent(back, name="expert", system="expert", temperature=0.1, max_tokens=321)
-    triage = Agent(front, name="triage", system="triage", temperature=0.9, handoffs=[expert])
+    expert = Agent(
+        back,
+        name="expert",
+        system="expert",
+        model_settings=ModelSettings(temperature=0.1, max_tokens=321),
+    )
+    triage = Agent(
+        front,
+        name="triage",
+        system="triage",
+        model_settings=ModelSettings(temperature=0.9),
+        handoffs=[expert],
+    )
     result = await triage.run("go")
     assert (result.text, result.last_agent) == ("expert answer", "expert")
     assert len(front.requests) == 1 and len(back.requests) == 1

@@ -11,7 +11,16 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from fanloop import Agent, Hooks, RetryPolicy, TerminationReason, Tool, ToolResult, tool
+from fanloop import (
+    Agent,
+    ContextPolicy,
+    Hooks,
+    RetryPolicy,
+    TerminationReason,
+    Tool,
+    ToolResult,
+    tool,
+)
 from fanloop.errors import Overloaded, RateLimited
 from fanloop.providers import Usage
 from fanloop.testing import ScriptedProvider, call, reply
@@ -255,7 +264,10 @@ async def test_on_context_gets_used_and_limit_after_every_call(mode: str) -> Non
         ]
     )
     agent = Agent(
-        provider, tools=[add], context_window=1000, hooks=Hooks(on_context=hook(mode, log))
+        provider,
+        tools=[add],
+        context=ContextPolicy(context_window=1000),
+        hooks=Hooks(on_context=hook(mode, log)),
     )
     await agent.run("go")
     assert log == [(110, 1000), (170, 1000)]

@@ -13,7 +13,7 @@ import structlog
 from structlog.contextvars import get_contextvars, merge_contextvars
 from structlog.testing import capture_logs
 
-from fanloop import Agent, RetryPolicy, tool
+from fanloop import Agent, Delegation, RetryPolicy, tool
 from fanloop.errors import Overloaded
 from fanloop.providers import ModelRequest
 from fanloop.testing import ScriptedProvider, call, reply
@@ -96,8 +96,7 @@ async def test_subagent_lines_carry_their_own_run_id_and_agent_path() -> None:
     agent = Agent(
         ScriptedProvider(lead_with_retry_after_delegation(2)),
         system=LEAD,
-        delegation=True,
-        delegate_tools=[],
+        delegation=Delegation(tools=[]),
         retry=FAST,
     )
     with capture_logs(processors=[merge_contextvars]) as logs:
@@ -112,8 +111,7 @@ async def test_the_parent_keeps_its_own_run_id_after_a_single_delegation() -> No
     agent = Agent(
         ScriptedProvider(lead_with_retry_after_delegation(1)),
         system=LEAD,
-        delegation=True,
-        delegate_tools=[],
+        delegation=Delegation(tools=[]),
         retry=FAST,
     )
     with capture_logs(processors=[merge_contextvars]) as logs:

@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 import fanloop._retry
-from fanloop import Agent, Limits, NullObserver, RetryPolicy, TerminationReason, tool
+from fanloop import Agent, Limits, ModelSettings, NullObserver, RetryPolicy, TerminationReason, tool
 from fanloop.errors import (
     AuthenticationError,
     BadRequest,
@@ -178,7 +178,11 @@ async def test_truncated_tool_call_is_retried_with_a_larger_budget_and_never_run
             "done",
         ]
     )
-    agent = Agent(provider, tools=[write], max_tokens=100, max_tokens_ceiling=1000)
+    agent = Agent(
+        provider,
+        tools=[write],
+        model_settings=ModelSettings(max_tokens=100, max_tokens_ceiling=1000),
+    )
     result, events = await collect(agent, "go")
     assert ran == [{"text": "whole"}]
     assert [r.max_tokens for r in provider.requests] == [100, 200, 200]
@@ -190,7 +194,9 @@ async def test_truncated_tool_call_is_retried_with_a_larger_budget_and_never_run
 async def test_tool_call_truncated_at_the_ceiling_ends_with_max_tokens() -> None:
     truncated = reply(tool_calls=[call("noop")], stop_reason=StopReason.MAX_TOKENS)
     provider = ScriptedProvider([truncated, truncated, truncated])
-    agent = Agent(provider, tools=[noop], max_tokens=100, max_tokens_ceiling=400)
+    agent = Agent(
+        provider, tools=[noop], model_settings=ModelSettings(max_tokens=100, max_tokens_ceiling=400)
+    )
     result = await agent.run("go")
     assert result.termination_reason is TerminationReason.MAX_TOKENS
     assert [r.max_tokens for r in provider.requests] == [100, 200, 400]
@@ -398,7 +404,10 @@ async def test_output_budget_clamps_max_tokens_so_it_cannot_be_overshot() -> Non
         lambda r: reply(tool_calls=[call("noop")], usage=Usage(input_tokens=1, output_tokens=30))
     )
     result = await Agent(
-        provider, tools=[noop], max_tokens=50, limits=Limits(max_output_tokens=100)
+        provider,
+        tools=[noop],
+        model_settings=ModelSettings(max_tokens=50),
+        limits=Limits(max_output_tokens=100),
     ).run("go")
     assert [r.max_tokens for r in provider.requests] == [50, 50, 40, 10]
     assert result.termination_reason is TerminationReason.TOKEN_BUDGET

@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
 )
 from opentelemetry.trace import SpanKind, StatusCode
 
-from fanloop import Agent, RetryPolicy, tool
+from fanloop import Agent, Delegation, RetryPolicy, tool
 from fanloop.errors import Overloaded
 from fanloop.otel import OpenTelemetryObserver
 from fanloop.providers import ModelRequest, Usage
@@ -106,9 +106,7 @@ async def test_sub_agent_runs_nest_under_the_delegating_tool_span(
             return reply(tool_calls=[call("delegate", _id="d1", task="look")])
         return "main answer"
 
-    agent = Agent(
-        ScriptedProvider(model), delegation=True, delegate_tools=[lookup], observer=observer
-    )
+    agent = Agent(ScriptedProvider(model), delegation=Delegation(tools=[lookup]), observer=observer)
     result = await agent.run("go")
     assert result.text == "main answer"
     spans = exporter.get_finished_spans()

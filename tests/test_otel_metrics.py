@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from fanloop import Agent, Limits, MultiObserver, RetryPolicy, tool
+from fanloop import Agent, Delegation, Limits, MultiObserver, RetryPolicy, tool
 from fanloop.errors import Overloaded
 from fanloop.events import RunStarted, ToolFinished, ToolStarted
 from fanloop.messages import ToolCallPart, ToolResultPart
@@ -333,9 +333,7 @@ async def test_sub_agents_are_counted_under_their_own_name(reader: InMemoryMetri
             return reply(tool_calls=[call("delegate", _id="d1", task="look")])
         return "main answer"
 
-    agent = Agent(
-        ScriptedProvider(model), delegation=True, delegate_tools=[lookup], observer=observer
-    )
+    agent = Agent(ScriptedProvider(model), delegation=Delegation(tools=[lookup]), observer=observer)
     await agent.run("go")
     got = Metrics(reader)
     meters.shutdown()

@@ -156,10 +156,13 @@ def test_agents_without_settings_share_the_empty_ones() -> None:
     plain = Agent(ScriptedProvider([]))
     assert plain.model_settings is NO_SETTINGS
     assert plain.model_settings == ModelSettings()
-    tuned = Agent(ScriptedProvider([]), temperature=0.5)
+    tuned = Agent(ScriptedProvider([]), model_settings=ModelSettings(temperature=0.5))
     assert tuned.model_settings.temperature == 0.5
     assert ModelSettings() == NO_SETTINGS  # untouched by the shortcut
-    assert plain.with_options(max_tokens=10).model_settings.max_tokens == 10
+    assert (
+        plain.with_options(model_settings=ModelSettings(max_tokens=10)).model_settings.max_tokens
+        == 10
+    )
 
 
 class Lookup(Tool):

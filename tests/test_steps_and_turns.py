@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from fanloop import Agent, Limits, RetryPolicy, tool
+from fanloop import Agent, ContextPolicy, Limits, RetryPolicy, tool
 from fanloop.errors import Overloaded
 from fanloop.testing import ScriptedProvider, call, reply
 from helpers import collect
@@ -52,8 +52,7 @@ async def test_context_critical_comes_before_compaction() -> None:
     agent = Agent(
         reader_model(pages=12),
         tools=[read],
-        context_window=3000,
-        compact_threshold=0.8,
+        context=ContextPolicy(context_window=3000, compact_threshold=0.8),
         limits=Limits(max_turns=40),
     )
     _, events = await collect(agent, "Make a digest of the document.")

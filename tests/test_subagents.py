@@ -12,7 +12,16 @@ from typing import Any
 import anyio
 import pytest
 
-from fanloop import Agent, Hooks, Limits, TerminationReason, Tool, ToolResult
+from fanloop import (
+    Agent,
+    Delegation,
+    Hooks,
+    Limits,
+    ModelSettings,
+    TerminationReason,
+    Tool,
+    ToolResult,
+)
 from fanloop.errors import AuthenticationError
 from fanloop.events import Event
 from fanloop.messages import ToolResultPart
@@ -89,9 +98,9 @@ def lead_and_children(tool_name: str = "delegate", *, child_system: str | None =
     return respond
 
 
-def lead(probe: Probe, **kwargs: Any) -> tuple[Agent, ScriptedProvider]:
+def lead(probe: Probe, max_depth: int = 1) -> tuple[Agent, ScriptedProvider]:
     provider = ScriptedProvider(lead_and_children())
-    agent = Agent(provider, system=LEAD, delegation=True, delegate_tools=[probe], **kwargs)
+    agent = Agent(provider, system=LEAD, delegation=Delegation(tools=[probe], max_depth=max_depth))
     return agent, provider
 
 
@@ -205,9 +214,8 @@ async def test_parallel_subagents_do_not_overshoot_a_shared_output_budget() -> N
     agent = Agent(
         provider,
         system=LEAD,
-        delegation=True,
-        delegate_tools=[],
-        max_tokens=want,
+        delegation=Delegation(tools=[]),
+        model_settings=ModelSettings(max_tokens=want),
         limits=Limits(max_output_tokens=limit),
     )
     with anyio.fail_after(5):
@@ -283,8 +291,7 @@ async def test_a_failing_subagent_does_not_stop_its_siblings() -> None:
     agent = Agent(
         ScriptedProvider(respond),
         system=LEAD,
-        delegation=True,
-        delegate_tools=[probe],
+        delegation=Delegation(tools=[probe]),
     )
     with anyio.fail_after(5):
         result = await agent.run("go")
@@ -382,8 +389,7 @@ async def test_the_parents_text_delta_hook_sees_only_the_parents_answer() -> Non
     agent = Agent(
         ScriptedProvider(respond, chunk_size=4),
         system=LEAD,
-        delegation=True,
-        delegate_tools=[],
+        delegation=Delegation(tools=[]),
         hooks=Hooks(on_text_delta=chunks.append),
     )
     result = await agent.run("go")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._agent import Agent
 from ._approvals import DEFER, PendingApproval
+from ._config import Concurrency, ContextPolicy
 from ._gather import gather
 from ._guardrails import (
     GuardrailResult,
@@ -66,7 +67,9 @@ def __dir__() -> list[str]:
 __all__ = [
     "Agent",
     "Citation",
+    "Concurrency",
     "ConsoleObserver",
+    "ContextPolicy",
     "ConversationContext",
     "ConversationSummary",
     "DEFER",

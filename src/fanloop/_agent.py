@@ -5,40 +5,53 @@ from __future__ import annotations
 import contextvars
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
+from dataclasses import replace
 from functools import partial
 from types import MappingProxyType, UnionType
-from typing import TYPE_CHECKING, Any, Generic, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self
 
 import anyio
 from typing_extensions import TypeVar
 
-from ._approvals import check_answer_types, check_answers, check_no_pending
-from ._dispatch import Emitter, build_table
+from ._agent_config import (
+    AUTO_TOOLS,
+    DEFAULT_LIMITS,
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_RETRY,
+    as_settings,
+    check_hosted,
+    check_provider,
+    delegate_tool,
+    index_tools,
+    native_output,
+    output_format,
+    split_tools,
+    tool_spec,
+    tools_async,
+)
+from ._config import DEFAULT_CONTEXT, NO_CONCURRENCY, Concurrency, ContextPolicy
+from ._dispatch import build_table
 from ._fanout import LimiterPool
 from ._guardrails import Guardrail, Guardrails, InputGuardrail, OutputGuardrail
-from ._handoff import Handoff, enter_active_agent, handoff_tools
-from ._log import bind, logger, unbind
-from ._loop import run_loop
-from ._migrants import AGENT_NAMES, RUN_NAMES, refuse_migrant_names
+from ._handoff import Handoff, handoff_tools
+from ._migrants import AGENT_NAMES, MOVED_AGENT_NAMES, RUN_NAMES, refuse_migrant_names
 from ._model import Invoker, make_invoker
 from ._model_types import HostedTool, OutputFormat, ToolSpec
-from ._output import FINAL_TOOL, OutputMode, OutputSpec, OutputValidator
-from ._parked import resume_parked
-from ._result import OutputT, RunResult, TerminationReason
-from ._resume import repair
+from ._output import OutputMode, OutputSpec, OutputValidator
+from ._parked import resumed
+from ._result import OutputT, RunResult
 from ._retry import RetryPolicy
-from ._run import CLEANUP_GRACE, RunState, dynamic_system
-from ._scope import enter_run, leave_run
-from ._session_budget import record_spend, remaining_limits
+from ._run import RunState
+from ._runner import Prompt, SystemFn, run_with_deadline, start_run
 from ._settings import NO_SETTINGS, ModelSettings, check_settings
 from .catalog import model_info
-from .errors import ConfigurationError, ProviderError
-from .events import Event, RunFinished, RunStarted
-from .limits import Budget, Limits
-from .messages import DocumentPart, ImagePart, Message, TextPart
-from .observers import ConversationContext, ConversationSummary, Hooks, LoopObserver
-from .tools.base import FunctionTool, Tool, tool
+from .errors import ConfigurationError
+from .events import Event
+from .limits import Limits
+from .messages import Message
+from .observers import Hooks, LoopObserver
+from .tools.base import Tool
 
 if TYPE_CHECKING:
     from ._delegate import Delegation
@@ -51,15 +64,6 @@ __all__ = ["Agent", "ConfirmFn"]
 ConfirmFn = Callable[..., "Awaitable[bool | str | object] | bool | str | object"]
 """``confirm(name, preview)`` or ``confirm(name, preview, call)``, sync or async: ``True``,
 ``False``, a reason string, or :data:`fanloop.DEFER`."""
-PromptPart = str | TextPart | ImagePart | DocumentPart
-Prompt = PromptPart | Message | Sequence[PromptPart]
-"""What a run starts from: text, or text, images and PDF documents in order (plain strings in a
-sequence become text parts), or a whole user :class:`~fanloop.messages.Message`."""
-
-SystemFn = Callable[..., "str | Awaitable[str | None] | None"]
-"""``system(ctx) -> str``, sync or async: a system prompt made at each run's start from its
-:class:`~fanloop.RunContext` (``ctx.deps``, ``ctx.run_id``...)."""
-
 DepsT = TypeVar("DepsT", default=Any)
 """The type of ``deps`` the agent's tools receive in their :class:`RunContext`."""
 
@@ -76,8 +80,9 @@ class Agent(Generic[DepsT, OutputT]):
             ``"openai:MODEL"`` string.
         system: the system prompt, or a function of the run's :class:`~fanloop.RunContext`
             (sync or async) that makes it at each run's start.
-        tools: :class:`~fanloop.Tool` instances, or plain functions (made into tools with
-            :func:`~fanloop.tool`).
+        tools: :class:`~fanloop.Tool` instances, plain functions (made into tools with
+            :func:`~fanloop.tool`), and tools the provider runs itself
+            (:class:`~fanloop.providers.HostedTool`).
         limits: turn, time, token, cost and tool-call limits (:class:`~fanloop.Limits`).
         retry: how transient provider failures are retried (:class:`~fanloop.RetryPolicy`).
         confirm: ``(name, preview) -> bool | str``, sync or async: the gate before a dangerous
@@ -90,7 +95,8 @@ class Agent(Generic[DepsT, OutputT]):
         observer: a :class:`~fanloop.LoopObserver`.
         hooks: :class:`~fanloop.Hooks` callbacks.
         delegation: give the agent the ``delegate`` tool (sub-agents with read-only tools);
-            a :class:`~fanloop.Delegation` also sets their prompt, model, tools and settings.
+            a :class:`~fanloop.Delegation` also sets their prompt, model, tools, settings and
+            how deep delegation may nest.
         memory: give the agent the ``remember`` tool and load ``.fanloop/memory.md`` into the
             system prompt.
         skills: discover ``SKILL.md`` skills, list them in the system prompt and add
@@ -98,30 +104,14 @@ class Agent(Generic[DepsT, OutputT]):
         name: the agent's name in event lineage and logs.
         model_settings: sampling and tool-choice options of every model call
             (:class:`~fanloop.ModelSettings`); a run may override them field by field with
-            ``run(..., model_settings=...)``. A setting the provider cannot honour is a
-            :class:`~fanloop.errors.ConfigurationError`.
-        max_tokens: the output budget of a model call (a shortcut for
-            ``model_settings.max_tokens``; 4096 when neither says).
-        max_tokens_ceiling: how far a truncated tool call may grow the budget by retrying
-            (defaults to the model's output ceiling from the model table).
-        temperature: sampling temperature (a shortcut for ``model_settings.temperature``;
-            giving both with different values is a ``ConfigurationError``).
-        thinking_budget: tokens of extended thinking, when the provider supports it.
-        hosted_tools: tools the provider runs itself (:class:`~fanloop.providers.HostedTool`).
-        max_concurrency: cap on this agent's tool calls running at once, across its runs.
-        tool_concurrency: caps per tool name, e.g. ``{"bash": 2}``.
-        concurrency_limits: named keyed caps, e.g. ``{"db": 1}``, shared by every tool whose
-            ``concurrency_key`` names them, across runs, sub-agents and every other agent of
-            the process (one limiter per key per event loop). Two live agents giving one key
-            different limits is a ``ConfigurationError``.
-        tool_threads: worker threads for synchronous tools.
-        context_window: the model's context window (defaults to the model table's).
-        compact_threshold: share of the context window past which older history is compacted.
-        max_tool_result_chars: tool output longer than this is cut, with a note saying so
-            (``None``: never cut).
-        max_depth: how deep delegation may nest (1: sub-agents cannot delegate).
-        delegate_tools: the tools a delegated sub-agent gets (default: this agent's own
-            read-only built-in tools, or read-only tools rooted at ``workspace``).
+            ``run(..., model_settings=...)``. ``max_tokens`` (4096 when unset),
+            ``thinking_budget`` and ``max_tokens_ceiling`` live there too. A setting the
+            provider cannot honour is a :class:`~fanloop.errors.ConfigurationError`.
+        concurrency: how many tool calls run at once (:class:`~fanloop.Concurrency`: per
+            agent, per tool, per named key, and the worker threads of synchronous tools).
+        context: how the conversation is kept inside the model's context window
+            (:class:`~fanloop.ContextPolicy`: the window, the compaction threshold, the cap on
+            one tool result).
         workspace: the root directory for file tools, memory and skills (default: the cwd).
         output_type: what the answer must be: a pydantic model, a dataclass, a TypedDict, a
             primitive, ``list[...]`` or a union of them (default ``str``, the text; ``None``
@@ -155,7 +145,9 @@ class Agent(Generic[DepsT, OutputT]):
         "_tool_async",
         "auto_approve",
         "compact_threshold",
+        "concurrency",
         "confirm",
+        "context",
         "context_window",
         "delegation",
         "guardrails",
@@ -210,9 +202,11 @@ class Agent(Generic[DepsT, OutputT]):
     max_depth: int
     temperature: float | None
     thinking_budget: int | None
+    concurrency: Concurrency
+    context: ContextPolicy
     compact_threshold: float
     max_concurrency: int | None
-    tool_concurrency: dict[str, int]
+    tool_concurrency: Mapping[str, int]
     context_window: int
     max_tokens: int
     max_tokens_ceiling: int
@@ -234,14 +228,16 @@ class Agent(Generic[DepsT, OutputT]):
     _table: dict[str, tuple[Any, ...]]
     guardrails: tuple[Guardrail, ...]
     _guard: Guardrails | None
+    _subagent_class: ClassVar[type[Agent[Any, Any]]]
+    """The class ``delegate`` sub-agents are made with (this one: see fanloop._delegate)."""
 
-    @refuse_migrant_names(AGENT_NAMES)
+    @refuse_migrant_names(AGENT_NAMES, MOVED_AGENT_NAMES)
     def __init__(
         self,
         provider: Provider | str | Sequence[Any] | None = None,
         *,
         system: str | SystemFn | None = None,
-        tools: Iterable[Tool | Callable[..., Any]] = (),
+        tools: Iterable[Tool | HostedTool | Callable[..., Any]] = (),
         limits: Limits | None = None,
         retry: RetryPolicy | None = None,
         confirm: ConfirmFn | None = None,
@@ -253,20 +249,8 @@ class Agent(Generic[DepsT, OutputT]):
         skills: bool = False,
         name: str = "agent",
         model_settings: ModelSettings | None = None,
-        max_tokens: int | None = None,
-        max_tokens_ceiling: int | None = None,
-        temperature: float | None = None,
-        thinking_budget: int | None = None,
-        hosted_tools: Iterable[HostedTool] = (),
-        max_concurrency: int | None = None,
-        tool_concurrency: Mapping[str, int] | None = None,
-        concurrency_limits: Mapping[str, int] | None = None,
-        tool_threads: int = 64,
-        context_window: int | None = None,
-        compact_threshold: float = 0.8,
-        max_tool_result_chars: int | None = 100_000,
-        max_depth: int = 1,
-        delegate_tools: Iterable[Tool] | None = None,
+        concurrency: Concurrency | None = None,
+        context: ContextPolicy | None = None,
         workspace: str | None = None,
         output_type: type[OutputT] | UnionType | None = str,  # type: ignore[assignment]
         output_retries: int = 1,
@@ -279,14 +263,8 @@ class Agent(Generic[DepsT, OutputT]):
     ) -> None:
         received = dict(locals())  # first, so exactly the parameters: see with_options()
         del received["self"]
-        if client is not None:  # the older spelling: Agent(tools, client=provider)
-            if provider is not None and not isinstance(provider, list | tuple):
-                raise ConfigurationError("pass the provider once: positionally or as client=")
-            tools = [*(provider or ()), *tools]
-            provider = client
-        own_tools = tuple(t if isinstance(t, Tool) else tool(t) for t in tools)
-        if provider is None:
-            raise ConfigurationError("Agent needs a provider (or a 'vendor:model' string)")
+        provider, tools = check_provider(provider, client, tools)
+        own_tools, hosted = split_tools(tools)
         owns_provider = isinstance(provider, str)
         if isinstance(provider, str):
             from .providers._resolve import resolve_provider
@@ -298,26 +276,33 @@ class Agent(Generic[DepsT, OutputT]):
             raise ConfigurationError(
                 f"{provider!r} is not a provider: it needs a complete() or stream() method"
             )
-        if max_tokens is not None and max_tokens < 1:
-            raise ConfigurationError("max_tokens must be >= 1")
-        settings = _with_shortcuts(model_settings, max_tokens=max_tokens, temperature=temperature)
+        settings = NO_SETTINGS if model_settings is None else as_settings(model_settings)
         max_tokens = settings.max_tokens or DEFAULT_MAX_TOKENS
-        if not 0 < compact_threshold <= 1:
-            raise ConfigurationError("compact_threshold must be in (0, 1]")
-        if max_depth < 0:
-            raise ConfigurationError("max_depth must be >= 0")
+        if concurrency is None:
+            concurrency = NO_CONCURRENCY
+        elif not isinstance(concurrency, Concurrency):
+            raise ConfigurationError(
+                f"concurrency must be a Concurrency, not {type(concurrency).__name__}"
+            )
+        if context is None:
+            context = DEFAULT_CONTEXT
+        elif not isinstance(context, ContextPolicy):
+            raise ConfigurationError(
+                f"context must be a ContextPolicy, not {type(context).__name__}"
+            )
         set_ = partial(object.__setattr__, self)
         set_("_owns_provider", owns_provider)
         set_("_confirm_arg", confirm)
         if confirm is None and hooks is not None:
             confirm = hooks.confirm
         set_("_provider", provider)
-        set_("provider_name", str(getattr(provider, "name", type(provider).__name__)))
+        provider_name = str(getattr(provider, "name", type(provider).__name__))
+        set_("provider_name", provider_name)
         set_("model", str(getattr(provider, "model", "")))
         set_("name", name)
         set_("system", system)
-        set_("limits", limits if limits is not None else _DEFAULT_LIMITS)
-        set_("retry", retry if retry is not None else _DEFAULT_RETRY)
+        set_("limits", limits if limits is not None else DEFAULT_LIMITS)
+        set_("retry", retry if retry is not None else DEFAULT_RETRY)
         set_("confirm", confirm)
         set_("auto_approve", auto_approve)
         set_("observer", observer)
@@ -326,47 +311,41 @@ class Agent(Generic[DepsT, OutputT]):
         set_("memory", memory)
         set_("skills", skills)
         set_("workspace", workspace)
-        set_("max_depth", max_depth)
         set_("model_settings", settings)
         set_("temperature", settings.temperature)
-        set_("thinking_budget", thinking_budget)
-        set_("compact_threshold", compact_threshold)
-        set_("max_tool_result_chars", max_tool_result_chars)
-        set_("max_concurrency", max_concurrency)
-        set_("tool_concurrency", dict(tool_concurrency or {}))
+        set_("thinking_budget", settings.thinking_budget)
+        set_("concurrency", concurrency)
+        set_("max_concurrency", concurrency.max_concurrency)
+        set_("tool_concurrency", concurrency.tool_concurrency)
+        set_("context", context)
+        set_("compact_threshold", context.compact_threshold)
+        set_("max_tool_result_chars", context.max_tool_result_chars)
         info = model_info(self.model)
-        set_("context_window", context_window or (info.context_window if info else 0))
+        set_("context_window", context.context_window or (info.context_window if info else 0))
         set_("max_tokens", max_tokens)
-        ceiling = max_tokens_ceiling or max(
+        ceiling = settings.max_tokens_ceiling or max(
             info.max_output_tokens if info else max_tokens * 8, max_tokens
         )
         set_("max_tokens_ceiling", ceiling)
-
-        hosted = tuple(hosted_tools)
-        supported: frozenset[str] = getattr(provider, "hosted_tools", frozenset())
-        for h in hosted:
-            if h.kind not in supported:
-                raise ConfigurationError(
-                    f"provider {self.provider_name!r} does not support hosted tool {h.kind!r}"
-                    f" (supported: {', '.join(sorted(supported)) or 'none'})"
-                )
+        if hosted:
+            check_hosted(hosted, provider, provider_name)
         set_("hosted_tools", hosted)
 
+        keys = concurrency.concurrency_limits
         if _limiters is None:
-            _limiters = LimiterPool(dict(concurrency_limits or {}), threads=tool_threads)
-        elif concurrency_limits:
-            _limiters.declare(concurrency_limits)
+            _limiters = LimiterPool(keys, threads=concurrency.tool_threads)
+        elif keys:
+            _limiters.declare(keys)
         set_("limiters", _limiters)
 
         output_validators = tuple(output_validators)
-        delegate_tools = None if delegate_tools is None else tuple(delegate_tools)
         spec = OutputSpec(
             output_type, retries=output_retries, validators=output_validators, mode=output_mode
         )
-        native = _native_output(spec, provider)
+        native = native_output(spec, provider)
         set_("output", spec)
         set_("native_output", native)
-        set_("output_format", _output_format(spec) if native else None)
+        set_("output_format", output_format(spec) if native else None)
         given_guardrails, guard = Guardrails.build(guardrails)
         set_("guardrails", given_guardrails)
         set_("_guard", guard)
@@ -378,11 +357,12 @@ class Agent(Generic[DepsT, OutputT]):
         if not spec.is_text and not native:
             all_tools.append(spec.tool())
         system_parts = [system] if isinstance(system, str) and system else []
-        if delegation and max_depth > 0:
-            from ._delegate import DelegateTool, Delegation
-
-            config = delegation if isinstance(delegation, Delegation) else Delegation()
-            all_tools.append(DelegateTool.from_config(config, delegate_tools))
+        max_depth = 0
+        if delegation:
+            delegate, max_depth = delegate_tool(delegation)
+            if delegate is not None:
+                all_tools.append(delegate)
+        set_("max_depth", max_depth)
         if memory:
             from .tools.memory import RememberTool
 
@@ -394,30 +374,11 @@ class Agent(Generic[DepsT, OutputT]):
             if found:
                 all_tools.append(ReadSkillTool(found))
                 system_parts.append(skills_prompt(found))
-        by_name: dict[str, Tool] = {}
-        for t in all_tools:
-            if t.name in by_name:
-                raise ConfigurationError(f"two tools are named {t.name!r}")
-            if t.concurrency_key is not None and t.concurrency_key not in _limiters.keys:
-                raise ConfigurationError(
-                    f"tool {t.name!r} uses concurrency key {t.concurrency_key!r}; give its "
-                    f"limit with Agent(concurrency_limits={{{t.concurrency_key!r}: N}})"
-                )
-            by_name[t.name] = t
+        by_name = index_tools(all_tools, _limiters)
         check_settings(settings, provider, [*by_name, *(h.kind for h in hosted)])
         set_("tools", by_name)
-        set_("tool_specs", tuple(_spec(t) for t in all_tools))
-        set_(
-            "_tool_async",
-            {
-                t.name: (
-                    t.is_async
-                    if isinstance(t, FunctionTool)
-                    else inspect.iscoroutinefunction(type(t).run)
-                )
-                for t in all_tools
-            },
-        )
+        set_("tool_specs", tuple(map(tool_spec, all_tools)))
+        set_("_tool_async", tools_async(all_tools))
         set_("_caps", {t.name: self._caps_of(t) for t in all_tools})
         set_("system_prompt", "\n\n".join(system_parts) or None)
         # A provider that watches its own streams (FallbackProvider: per provider it asks)
@@ -426,22 +387,16 @@ class Agent(Generic[DepsT, OutputT]):
         idle = self.retry.stream_idle_timeout if watched else None
         set_("_invoke", make_invoker(provider, idle))
         set_("_table", build_table(observer, hooks))
-        # What this agent was made from, with iterables frozen, the provider made and the
-        # shortcuts folded into the settings: with_options() rebuilds from it.
+        # What this agent was made from, with iterables frozen and the provider made:
+        # with_options() rebuilds from it.
         received.update(
             provider=provider,
             client=None,
-            tools=own_tools,
-            hosted_tools=hosted,
+            tools=own_tools + hosted if hosted else own_tools,
             output_validators=output_validators,
             guardrails=given_guardrails,
-            delegate_tools=delegate_tools,
             handoffs=handoffs,
-            tool_concurrency=_frozen(tool_concurrency),
-            concurrency_limits=_frozen(concurrency_limits),
             model_settings=settings,
-            max_tokens=None,
-            temperature=None,
             _limiters=_limiters,
         )
         set_("_options", MappingProxyType(received))
@@ -575,28 +530,25 @@ class Agent(Generic[DepsT, OutputT]):
             caps.append((f"key:{t.concurrency_key}", self.limiters.keys[t.concurrency_key]))
         return tuple(caps)
 
+    @refuse_migrant_names(AGENT_NAMES, MOVED_AGENT_NAMES)
     def with_options(self, **changes: Any) -> Agent[Any, Any]:
         """A copy of this agent with some constructor arguments changed.
 
         The copy is made from the arguments this agent was made from (every one of them), with
-        ``changes`` over them. It shares this agent's provider and limiter pool (a new
-        ``tool_threads`` gets a new pool); ``max_tokens`` or ``temperature`` replaces that
-        field of ``model_settings``.
+        ``changes`` over them, as :func:`dataclasses.replace` does. It shares this agent's
+        provider and limiter pool (a ``concurrency`` with another ``tool_threads`` gets a new
+        pool, declaring the keyed limits this one holds). The old spellings of arguments
+        that moved are refused, as by ``Agent(...)``.
         """
         options = dict(self._options)
-        shortcuts = {k for k in ("max_tokens", "temperature") if k in changes}
-        if shortcuts and "model_settings" not in changes:  # the shortcut replaces the field
-            options["model_settings"] = options["model_settings"].model_copy(
-                update=dict.fromkeys(shortcuts)
-            )
         if "client" in changes and "provider" not in changes:
             options["provider"] = None
-        if "tool_threads" in changes and "_limiters" not in changes:
+        new = changes.get("concurrency", options["concurrency"])
+        threads = new.tool_threads if isinstance(new, Concurrency) else NO_CONCURRENCY.tool_threads
+        if threads != self.limiters.threads and "_limiters" not in changes:
             options["_limiters"] = None  # a new pool, declaring the keys this one holds
-            options["concurrency_limits"] = {
-                **self.limiters.keys,
-                **(changes.pop("concurrency_limits", None) or {}),
-            }
+            keys = {**self.limiters.keys, **new.concurrency_limits}
+            changes["concurrency"] = replace(new, concurrency_limits=keys)
         options.update(changes)
         return Agent(**options)
 
@@ -669,7 +621,7 @@ class Agent(Generic[DepsT, OutputT]):
         if resume:
             if session is None or prompt is not None:
                 raise ConfigurationError("stream(resume=True) takes a session and no prompt")
-            execute = _resumed(session, approvals, execute)
+            execute = resumed(session, approvals, execute)
         elif approvals is not None:
             raise ConfigurationError("approvals= is for stream(resume=True)")
         return RunStream(execute, buffer=buffer)
@@ -737,7 +689,7 @@ class Agent(Generic[DepsT, OutputT]):
                 waits for approvals and none were given. Nothing is changed.
         """
         execute = partial(self._execute, None, session=session, deps=deps)
-        return await _resumed(session, approvals, execute)(model_settings=model_settings)
+        return await resumed(session, approvals, execute)(model_settings=model_settings)
 
     def as_tool(
         self,
@@ -786,309 +738,32 @@ class Agent(Generic[DepsT, OutputT]):
                 label=label,
                 trace_context=trace_context,
             )
-        settings = self.model_settings
-        if model_settings is not None:  # checked before anything happens
-            settings = settings.merge(_as_settings(model_settings))
-            check_settings(
-                settings, self._provider, [*self.tools, *(h.kind for h in self.hosted_tools)]
-            )
-        if session is not None and messages is not None:
-            raise ConfigurationError("pass messages= or session=, not both")
-        if session is not None and before is None:
-            check_no_pending(session)
-        history = list(session.messages if session is not None else messages or ())
-        if parent is None:  # a session with a budget of its own tightens the run's limits
-            limits = remaining_limits(session, self.limits)
-            budget = Budget(limits)
-            path: tuple[str, ...] = (self.name,)
-            parent_emitter = None
-        else:
-            budget = parent.budget
-            path = (*parent.emitter.path, label or self.name)
-            parent_emitter = parent.emitter
-        emitter = Emitter(
-            self._table, path=path, parent_call_id=parent_call_id, send=send, parent=parent_emitter
-        )
-        run = RunState(
+        return await start_run(
             self,
-            emitter,
-            budget,
-            messages=history,
+            prompt,
+            messages=messages,
             session=session,
-            deps=deps if deps is not None or parent is None else parent.deps,
-            depth=0 if parent is None else parent.depth + 1,
+            deps=deps,
+            send=send,
             parent=parent,
+            parent_call_id=parent_call_id,
+            before=before,
+            model_settings=model_settings,
+            label=label,
+            trace_context=trace_context,
         )
-        run.trace_context = trace_context
-        if settings is not self.model_settings:
-            run.settings = settings
-            run.max_tokens = settings.max_tokens or self.max_tokens
-        current = enter_run(run)
-        try:
-            if callable(self.system):
-                run.system = await dynamic_system(self.system, run)
-            if session is not None:  # a resume goes on with the agent a handoff left in charge
-                await enter_active_agent(run, resumed=before is not None)
-            log_tokens = bind(run_id=run.run_id, agent_path="/".join(path))
-            try:
-                return await self._run_observed(run, prompt, before, parent is None, session)
-            finally:
-                unbind(log_tokens)
-        finally:
-            leave_run(current)
-
-    async def _run_observed(
-        self,
-        run: RunState,
-        prompt: Prompt | None,
-        before: Callable[[RunState], Awaitable[RunResult | None]] | None,
-        root: bool,
-        session: Session | None,
-    ) -> RunResult[Any]:
-        emitter = run.emitter
-        observer = self.observer if root else None
-        result: RunResult | None = None
-        error: BaseException | None = None
-        with observer.conversation() if observer is not None else nullcontext():
-            if observer is not None:
-                _notify(
-                    observer,
-                    "on_conversation_start",
-                    ConversationContext(
-                        run.run_id,
-                        self.name,
-                        self.provider_name,
-                        self.model,
-                        self.limits,
-                        session.id if session is not None else None,
-                    ),
-                )
-            try:
-                await emitter.emit(
-                    RunStarted(
-                        run.run_id,
-                        self.name,
-                        self.model,
-                        self.provider_name,
-                        trace_context=run.trace_context,
-                    )
-                )
-                if before is not None:
-                    result = await before(run)
-                if result is None:
-                    if prompt is not None:
-                        await run.append(_user_message(prompt))
-                    result = await self._loop(run, deadline=root)
-            except ProviderError as exc:
-                error = exc
-                result = run.result(TerminationReason.PROVIDER_ERROR, detail=str(exc))
-                exc.partial = result
-                raise
-            except anyio.get_cancelled_exc_class() as exc:
-                error = exc
-                result = run.result(TerminationReason.CANCELLED, detail="the run was cancelled")
-                exc.partial = result  # type: ignore[attr-defined]
-                raise
-            except BaseException as exc:
-                error = exc
-                result = run.result(TerminationReason.UNKNOWN, detail=repr(exc))
-                logger.exception("run_failed")
-                raise
-            finally:
-                assert result is not None
-                logger.debug(
-                    "run_finished",
-                    reason=str(result.termination_reason),
-                    turns=result.turns,
-                    tool_calls=result.tool_calls,
-                )
-                # Shielded so a cancelled run still reports how it ended, but only for a grace
-                # period: a consumer that never returns cannot make the run uncancellable.
-                with anyio.move_on_after(FINAL_EVENT_GRACE, shield=True):
-                    if root:
-                        await record_spend(session, result)
-                    await emitter.emit(RunFinished(result, error))
-                if observer is not None:
-                    _notify(
-                        observer,
-                        "on_conversation_end",
-                        ConversationSummary(
-                            run.run_id,
-                            result.termination_reason,
-                            result.turns,
-                            result.usage,
-                            result.elapsed,
-                            result.tool_calls,
-                            error,
-                        ),
-                    )
-        return result
 
     async def _loop(self, run: RunState, *, deadline: bool) -> RunResult[Any]:
-        timeout = self.limits.timeout
-        loop = run_loop if self._guard is None else self._guard.run  # guardrails around it
-        if not deadline or timeout is None:
-            return await loop(run)
-        result: RunResult | None = None
-        with anyio.CancelScope(deadline=run.set_deadline(timeout)):
-            result = await loop(run)
-        if result is None:
-            return run.result(
-                TerminationReason.DEADLINE, detail=f"the run passed its {timeout:g} s deadline"
-            )
-        return result
+        """The loop of ``run`` (inside the guardrails, when the agent has some), under the
+        agent's ``timeout`` when ``deadline`` is set."""
+        return await run_with_deadline(run, deadline=deadline)
 
 
-_AUTO_TOOLS = frozenset({"delegate", "remember", "read_skill", FINAL_TOOL})
+Agent._subagent_class = Agent
 
-FINAL_EVENT_GRACE = CLEANUP_GRACE
-"""Seconds the final ``run_finished`` event may take to deliver once the run is cancelled."""
-
-
-def _spec(t: Tool) -> ToolSpec:
-    """``t``'s spec, trusted as is (``model_construct`` without its per-call overhead: this
-    runs for every tool of every agent made)."""
-    spec = _new_spec(ToolSpec)
-    _set_attr(
-        spec, "__dict__", {"name": t.name, "description": t.description, "parameters": t.parameters}
-    )
-    _set_attr(spec, "__pydantic_fields_set__", {"name", "description", "parameters"})
-    _set_attr(spec, "__pydantic_extra__", None)
-    _set_attr(spec, "__pydantic_private__", None)
-    return spec
-
-
-_new_spec = ToolSpec.__new__
-_set_attr = object.__setattr__
-
-
-def _user_message(prompt: Prompt) -> Message:
-    if isinstance(prompt, Message):
-        return prompt
-    if isinstance(prompt, str):
-        return Message.user(prompt)
-    if isinstance(prompt, TextPart | ImagePart | DocumentPart):
-        return Message(role="user", content=(prompt,))
-    if isinstance(prompt, bytes | bytearray):
-        raise ConfigurationError("a prompt cannot be bytes: wrap an image in ImagePart(data=...)")
-    content: list[TextPart | ImagePart | DocumentPart] = []
-    for item in prompt:
-        if isinstance(item, str):
-            content.append(TextPart(text=item))
-        elif isinstance(item, TextPart | ImagePart | DocumentPart):
-            content.append(item)
-        else:
-            raise ConfigurationError(
-                "a prompt is a string or a sequence of strings, TextPart, ImagePart and "
-                f"DocumentPart, not one holding {type(item).__name__}"
-            )
-    return Message(role="user", content=tuple(content))
-
-
-def _native_output(spec: OutputSpec, provider: Any) -> bool:
-    """Whether typed answers use the provider's native structured output.
-
-    A provider may also judge the schema (``accepts_output_schema(schema) -> bool``): in
-    ``"auto"`` mode a schema it cannot express goes through the ``final_result`` tool.
-    """
-    if spec.is_text or spec.mode == "tool":
-        return False
-    supported = bool(getattr(provider, "native_output", False))
-    name = getattr(provider, "name", provider)
-    if spec.mode == "native" and not supported:
-        raise ConfigurationError(
-            f"provider {name!r} has no native structured output; use output_mode='tool' or 'auto'"
-        )
-    accepts = getattr(provider, "accepts_output_schema", None)
-    if supported and callable(accepts) and not accepts(spec.parameters):
-        if spec.mode == "native":
-            raise ConfigurationError(
-                f"provider {name!r} cannot constrain its answer to the schema of "
-                f"{spec.name!r} (a free-form dict, Any or a tuple in it); use "
-                "output_mode='tool' or 'auto'"
-            )
-        return False
-    return supported
-
-
-def _output_format(spec: OutputSpec) -> OutputFormat:
-    """The schema a native typed answer must follow, made once per agent."""
-    from .providers._schema import schema_name
-
-    return OutputFormat(name=schema_name(spec.name), json_schema=spec.parameters)
-
-
-DEFAULT_MAX_TOKENS = 4096
-"""The output budget of a model call when neither ``max_tokens`` nor the settings say."""
-
-# Frozen, so one instance of each default serves every agent that does not give its own.
-_DEFAULT_LIMITS = Limits()
-_DEFAULT_RETRY = RetryPolicy()
+_AUTO_TOOLS = AUTO_TOOLS  # the name fanloop.ui reads
 
 _overrides: contextvars.ContextVar[Mapping[int, Agent[Any, Any]]] = contextvars.ContextVar(
     "fanloop_agent_overrides", default=MappingProxyType({})
 )
 """``Agent.override``: id of the agent -> the agent its runs use (copied on write)."""
-
-
-def _frozen(mapping: Mapping[str, int] | None) -> Mapping[str, int] | None:
-    return None if mapping is None else MappingProxyType(dict(mapping))
-
-
-def _as_settings(value: Any) -> ModelSettings:
-    if isinstance(value, ModelSettings):
-        return value
-    if isinstance(value, Mapping):
-        return ModelSettings(**value)
-    raise ConfigurationError(f"model_settings must be a ModelSettings, not {type(value).__name__}")
-
-
-def _with_shortcuts(
-    settings: Any, *, max_tokens: int | None, temperature: float | None
-) -> ModelSettings:
-    """The agent's settings with the ``max_tokens`` / ``temperature`` shortcuts folded in."""
-    if settings is None and max_tokens is None and temperature is None:
-        return NO_SETTINGS
-    result = _as_settings(settings) if settings is not None else NO_SETTINGS
-    changes: dict[str, Any] = {}
-    for name, value in (("max_tokens", max_tokens), ("temperature", temperature)):
-        if value is None:
-            continue
-        given = getattr(result, name)
-        if given is not None and given != value:
-            raise ConfigurationError(
-                f"{name}={value!r} conflicts with model_settings.{name}={given!r}: give it once"
-            )
-        changes[name] = value
-    if not changes:
-        return result
-    try:
-        return ModelSettings(**{**result.__dict__, **changes})
-    except ValueError as exc:
-        raise ConfigurationError(f"invalid model setting: {exc}") from None
-
-
-def _resumed(
-    session: Session,
-    approvals: Mapping[str, bool | str] | None,
-    execute: Callable[..., Awaitable[RunResult[Any]]],
-) -> Callable[..., Awaitable[RunResult[Any]]]:
-    """``execute`` as a resumed run: a parked batch claimed and run on with ``approvals``, or
-    the turn a dead process left open repaired first. Answers of the wrong type are refused at
-    once; whether they match what the session waits for is checked on the stored state."""
-
-    if approvals:
-        check_answer_types(approvals)
-        return partial(resume_parked, session, approvals, execute)
-    check_answers(session, approvals)  # raises before anything is changed
-    return partial(execute, before=repair)
-
-
-def _notify(observer: LoopObserver, name: str, arg: Any) -> None:
-    fn = getattr(observer, name, None)
-    if fn is None:
-        return
-    try:
-        fn(arg)
-    except Exception:
-        logger.exception("callback_failed", owner=type(observer).__name__, callback=name)

@@ -2,10 +2,10 @@
 
 Before each round the loop estimates the conversation's size: the input and output tokens
 the provider reported for the last call, plus about one token per four characters of what was
-appended since. Past ``Agent(compact_threshold=0.8)`` of the model's context window, the older
-history is replaced by a summary the provider writes. The cut is made at an assistant message,
-so a tool call and its result are always kept or summarised together, and the most recent
-messages stay verbatim.
+appended since. Past ``ContextPolicy(compact_threshold=0.8)`` of the model's context window,
+the older history is replaced by a summary the provider writes. The cut is made at an assistant
+message, so a tool call and its result are always kept or summarised together, and the most
+recent messages stay verbatim.
 """
 
 from __future__ import annotations

@@ -1,5 +1,9 @@
 """Sub-agents: the ``delegate`` tool and ``Agent.as_tool``.
 
+This module sits below :mod:`fanloop._agent`: the agent adds the ``delegate`` tool, and the
+tool makes its sub-agents with the class of the agent that runs it (``Agent._subagent_class``),
+so nothing here imports the agent.
+
 A sub-agent runs as a task inside its parent's tool batch. It spends from the parent's budget,
 its usage rolls up into the parent's, its events reach the parent's stream with their lineage
 (agent path and the delegating call's id), and cancelling the parent cancels it.
@@ -13,9 +17,11 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from ._config import ContextPolicy
 from ._model_types import ModelRequest, Usage
 from ._result import RunResult, TerminationReason
-from .errors import ToolError
+from ._settings import ModelSettings
+from .errors import ConfigurationError, ToolError
 from .events import BudgetKind
 from .limits import NO_INPUT, Budget, Denial, InputEstimate, Limits, Reservation, estimate_input
 from .messages import Message
@@ -228,15 +234,25 @@ class Delegation:
         provider: the sub-agents' model: a provider, or a ``"vendor:model"`` string (made once,
             and closed with the agent); ``None``: the parent's.
         tools: the sub-agents' tools (default: the parent's own read-only built-in tools, see
-            :class:`DelegateTool`); ``Agent(delegate_tools=...)`` says the same.
+            :class:`DelegateTool`).
         model_settings: the sub-agents' model settings (default: the parent run's, without
             its ``tool_choice``).
+        max_depth: how deep delegation may nest: 1 (the default) lets the agent delegate and
+            its sub-agents not; 2 lets them delegate once more; 0 gives no ``delegate`` tool.
     """
 
     system: str = SUBAGENT_SYSTEM
     provider: Any = None
     tools: Sequence[Tool] | None = None
     model_settings: Any = None
+    max_depth: int = 1
+
+    def __post_init__(self) -> None:
+        depth = self.max_depth
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
+            raise ConfigurationError(f"max_depth must be an int >= 0, not {depth!r}")
+        if self.tools is not None:
+            object.__setattr__(self, "tools", tuple(self.tools))
 
 
 class DelegateTool(Tool):
@@ -261,8 +277,10 @@ class DelegateTool(Tool):
         *,
         provider: Any = None,
         model_settings: Any = None,
+        max_depth: int = 1,
     ) -> None:
         self._tools = tuple(tools) if tools is not None else None
+        self._max_depth = max_depth
         self._system = system
         self._fallback: dict[str | None, tuple[Tool, ...]] = {}
         self.owns_provider = isinstance(provider, str)
@@ -274,13 +292,14 @@ class DelegateTool(Tool):
         self._settings = model_settings
 
     @classmethod
-    def from_config(cls, config: Delegation, tools: Iterable[Tool] | None) -> DelegateTool:
-        """The tool for ``Agent(delegation=config)`` (``tools``: ``Agent(delegate_tools=)``)."""
+    def from_config(cls, config: Delegation) -> DelegateTool:
+        """The tool for ``Agent(delegation=config)``."""
         return cls(
-            tools=config.tools if config.tools is not None else tools,
+            tools=config.tools,
             system=config.system,
             provider=config.provider,
             model_settings=config.model_settings,
+            max_depth=config.max_depth,
         )
 
     async def aclose(self) -> None:
@@ -296,12 +315,13 @@ class DelegateTool(Tool):
             provider=self._provider,
             tools=self._tools,
             model_settings=self._settings,
+            max_depth=self._max_depth,
         )
 
     def _tools_for_children(self, parent: Agent[Any, Any]) -> tuple[Tool, ...]:
         """The sub-agent's tools: never more reach than the parent has.
 
-        Explicit ``delegate_tools`` win. Otherwise the parent's own read-only built-in tools
+        Explicit ``Delegation(tools=...)`` win. Otherwise the parent's own read-only built-in tools
         (the same instances, so the same workspace root and read cache); a parent that has
         none gets fresh read-only tools rooted at its ``workspace`` (the current directory
         when it has none).
@@ -337,11 +357,16 @@ class DelegateTool(Tool):
         parent: RunState = ctx._run
         pa = parent.agent
         depth = parent.depth + 1
-        from ._agent import Agent
-
         own_model = self._provider is not None
-        settings = self._settings or parent.settings.model_copy(update={"tool_choice": None})
-        child = Agent(
+        if self._settings is not None:
+            settings = self._settings
+        else:
+            settings = parent.settings.model_copy(update={"tool_choice": None})
+        if not own_model and getattr(settings, "max_tokens_ceiling", None) is None:
+            settings = as_model_settings(settings).model_copy(
+                update={"max_tokens_ceiling": pa.max_tokens_ceiling}
+            )
+        child = pa._subagent_class(
             self._provider if own_model else pa.provider,
             system=self._system,
             tools=self._tools_for_children(pa),
@@ -349,11 +374,8 @@ class DelegateTool(Tool):
             retry=pa.retry,
             name="delegate",
             model_settings=settings,
-            max_tokens_ceiling=None if own_model else pa.max_tokens_ceiling,
-            context_window=None if own_model else pa.context_window,
-            delegation=self._config() if depth < pa.max_depth else False,
-            max_depth=pa.max_depth,
-            delegate_tools=self._tools,
+            context=None if own_model else same_window(pa.context_window),
+            delegation=self._config() if depth < self._max_depth else False,
             auto_approve=pa.auto_approve,
             confirm=pa.confirm,
             workspace=pa.workspace,
@@ -366,6 +388,18 @@ class DelegateTool(Tool):
             label=parent.subagent_label(child.name),
         )
         return _outcome(result)
+
+
+def same_window(context_window: int) -> ContextPolicy | None:
+    """The context policy of a sub-agent on its parent's model: the parent's window (as
+    resolved from the model table), the other fields their defaults."""
+    return ContextPolicy(context_window=context_window) if context_window else None
+
+
+def as_model_settings(value: Any) -> ModelSettings:
+    """``Delegation.model_settings`` (a :class:`~fanloop.ModelSettings` or a mapping of
+    its fields) as settings."""
+    return value if isinstance(value, ModelSettings) else ModelSettings(**value)
 
 
 class AgentTool(Tool):

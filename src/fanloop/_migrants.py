@@ -5,6 +5,10 @@ A user arriving from pydantic-ai or the OpenAI Agents SDK writes ``system_prompt
 argument") does not say what to write instead. :func:`refuse_migrant_names` checks the keyword
 names of a call against one table before the call binds them, and only names the function does
 not take: a call with the right names pays one loop over its keywords.
+
+The same check refuses fanloop's own old spellings (:data:`MOVED_AGENT_NAMES`: ``Agent``
+arguments that moved into a group) with the exact new one: ``Agent(max_tokens=...) moved: use
+model_settings=ModelSettings(max_tokens=...)``. There are no silent aliases.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, ParamSpec, TypeVar, cast
 
-__all__ = ["AGENT_NAMES", "RUN_NAMES", "refuse_migrant_names"]
+__all__ = ["AGENT_NAMES", "MOVED_AGENT_NAMES", "RUN_NAMES", "refuse_migrant_names"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -32,6 +36,24 @@ AGENT_NAMES: Mapping[str, str] = {
     "input_guardrails": "guardrails=[...] (input and output guardrails in one list)",
     "output_guardrails": "guardrails=[...] (input and output guardrails in one list)",
 }
+MOVED_AGENT_NAMES: Mapping[str, str] = {
+    **{
+        name: f"model_settings=ModelSettings({name}=...)"
+        for name in ("max_tokens", "temperature", "thinking_budget", "max_tokens_ceiling")
+    },
+    **{
+        name: f"concurrency=Concurrency({name}=...)"
+        for name in ("max_concurrency", "tool_concurrency", "concurrency_limits", "tool_threads")
+    },
+    **{
+        name: f"context=ContextPolicy({name}=...)"
+        for name in ("context_window", "compact_threshold", "max_tool_result_chars")
+    },
+    "max_depth": "delegation=Delegation(max_depth=...)",
+    "delegate_tools": "delegation=Delegation(tools=[...])",
+    "hosted_tools": "tools=[...] (a HostedTool goes in tools= beside the other tools)",
+}
+"""``Agent`` arguments of earlier fanloop versions and where they moved (docs/reference.md)."""
 RUN_NAMES: Mapping[str, str] = {
     "message_history": "messages=",
     "user_prompt": "the prompt, as the first argument",
@@ -46,23 +68,30 @@ RUN_NAMES: Mapping[str, str] = {
 
 
 def refuse_migrant_names(
-    table: Mapping[str, str],
+    table: Mapping[str, str], moved: Mapping[str, str] | None = None
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Wrap a function (or coroutine function) so a keyword from ``table`` that it does not
-    take raises a :class:`TypeError` that names fanloop's spelling."""
+    take raises a :class:`TypeError` that names fanloop's spelling, and one from ``moved`` (an
+    old fanloop spelling) a :class:`TypeError` that names where it moved."""
 
     def wrap(fn: Callable[P, R]) -> Callable[P, R]:
         taken = frozenset(inspect.signature(fn).parameters)
-        refused = {name: hint for name, hint in table.items() if name not in taken}
         where = fn.__qualname__.replace(".__init__", "")
+        refused = {
+            name: f"{where}() got an unexpected keyword argument {name!r}: in fanloop, use {hint}"
+            for name, hint in table.items()
+            if name not in taken
+        }
+        refused.update(
+            (name, f"{where}({name}=...) moved: use {hint}")
+            for name, hint in (moved or {}).items()
+            if name not in taken
+        )
 
         def check(kwargs: Mapping[str, Any]) -> None:
             for name in kwargs:
                 if name in refused:
-                    raise TypeError(
-                        f"{where}() got an unexpected keyword argument {name!r}: "
-                        f"in fanloop, use {refused[name]}"
-                    )
+                    raise TypeError(refused[name])
 
         if inspect.iscoroutinefunction(fn):
 

@@ -1,23 +1,42 @@
 """A batch parked for a person's approval, claimed and run on by ``agent.resume(session,
-approvals=...)`` (the claim and the parked state: :mod:`fanloop._approvals`)."""
+approvals=...)`` (the claim and the parked state: :mod:`fanloop._approvals`), and
+:func:`resumed`, which turns a run into the resumed run ``agent.resume()`` and
+``agent.stream(resume=True)`` start."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ._approvals import TRACE_KEY, Answer, Claim
+from ._approvals import TRACE_KEY, Answer, Claim, check_answer_types, check_answers
 from ._loop import run_tools
 from ._result import RunResult
+from ._resume import repair
 from .messages import ToolResultPart
 
 if TYPE_CHECKING:
     from ._run import RunState
     from .sessions import Session
 
-__all__ = ["resume_parked"]
+__all__ = ["resume_parked", "resumed"]
+
+
+def resumed(
+    session: Session,
+    approvals: Mapping[str, bool | str] | None,
+    execute: Callable[..., Awaitable[RunResult[Any]]],
+) -> Callable[..., Awaitable[RunResult[Any]]]:
+    """``execute`` as a resumed run: a parked batch claimed and run on with ``approvals``, or
+    the turn a dead process left open repaired first. Answers of the wrong type are refused at
+    once; whether they match what the session waits for is checked on the stored state."""
+    if approvals:
+        check_answer_types(approvals)
+        return partial(resume_parked, session, approvals, execute)
+    check_answers(session, approvals)  # raises before anything is changed
+    return partial(execute, before=repair)
 
 
 async def resume_parked(

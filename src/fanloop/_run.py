@@ -181,7 +181,7 @@ class RunState:
                 "max_tokens": max_tokens,
                 "temperature": settings.temperature,
                 "stop_sequences": settings.stop or (),
-                "thinking_budget": agent.thinking_budget,
+                "thinking_budget": settings.thinking_budget,
                 "hosted_tools": agent.hosted_tools,
                 "extra": {},
                 "settings": settings,

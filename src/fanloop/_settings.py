@@ -21,7 +21,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .errors import ConfigurationError
 
-__all__ = ["ALL_SETTINGS", "NO_SETTINGS", "ModelSettings", "check_settings", "unsupported_settings"]
+__all__ = [
+    "ALL_SETTINGS",
+    "LOOP_SETTINGS",
+    "NO_SETTINGS",
+    "ModelSettings",
+    "check_settings",
+    "unsupported_settings",
+]
 
 ALL_SETTINGS = frozenset(
     {
@@ -38,9 +45,17 @@ ALL_SETTINGS = frozenset(
         "service_tier",
         "prompt_cache_key",
         "extra",
+        "thinking_budget",
+        "max_tokens_ceiling",
     }
 )
 """The name of every :class:`ModelSettings` field."""
+
+LOOP_SETTINGS = frozenset({"max_tokens", "max_tokens_ceiling", "thinking_budget"})
+"""Settings every provider takes: ``max_tokens`` and ``thinking_budget`` travel on every
+request's own fields (a provider without extended thinking ignores ``thinking_budget``, as it
+ignores ``ModelRequest.thinking_budget``), and ``max_tokens_ceiling`` is the loop's alone (never
+sent)."""
 
 _CHOICES = frozenset({"auto", "required", "none"})
 
@@ -74,6 +89,12 @@ class ModelSettings(BaseModel):
         prompt_cache_key: requests sharing it share OpenAI's prompt cache (OpenAI's two APIs).
         extra: fields merged into the request body last, for options fanloop does not model
             (``{"top_k": 5}``). Nothing checks them.
+        thinking_budget: tokens of extended thinking (Anthropic; the Responses API asks for a
+            matching reasoning effort); other providers ignore it. It reaches providers as
+            ``ModelRequest.thinking_budget``.
+        max_tokens_ceiling: how far the loop may grow ``max_tokens`` when a tool call is cut
+            off, by retrying the turn with twice the budget (default: the model's output
+            ceiling from the model table). The loop's own: never sent to the provider.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -91,6 +112,8 @@ class ModelSettings(BaseModel):
     service_tier: str | None = Field(default=None, min_length=1, max_length=64)
     prompt_cache_key: str | None = Field(default=None, min_length=1, max_length=1024)
     extra: dict[str, Any] | None = None
+    thinking_budget: int | None = Field(default=None, ge=0)
+    max_tokens_ceiling: int | None = Field(default=None, ge=1)
 
     @field_validator("stop", mode="before")
     @classmethod
@@ -144,18 +167,29 @@ NO_SETTINGS = ModelSettings()
 """Settings that set nothing: the agent's when it is given none (frozen, so shared)."""
 
 
+def as_settings(value: Any) -> ModelSettings:
+    """``model_settings=``: a :class:`~fanloop.ModelSettings`, or a mapping of its fields."""
+    if isinstance(value, ModelSettings):
+        return value
+    if isinstance(value, Mapping):
+        return ModelSettings(**value)
+    raise ConfigurationError(f"model_settings must be a ModelSettings, not {type(value).__name__}")
+
+
 def unsupported_settings(settings: ModelSettings | None, provider: Any) -> list[str]:
     """The fields ``settings`` sets that ``provider`` does not declare it honours.
 
-    ``max_tokens`` is always honoured (every request carries it). A provider without a
-    ``supported_settings`` attribute is trusted with all of them.
+    The :data:`LOOP_SETTINGS` are always honoured (``max_tokens``: every request carries it).
+    A provider without a ``supported_settings`` attribute is trusted with all of them.
     """
     if settings is None:
         return []
     supported = getattr(provider, "supported_settings", None)
     if supported is None:
         return []
-    return sorted(k for k in settings._set_values() if k != "max_tokens" and k not in supported)
+    return sorted(
+        k for k in settings._set_values() if k not in LOOP_SETTINGS and k not in supported
+    )
 
 
 def check_settings(

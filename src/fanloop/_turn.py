@@ -75,13 +75,15 @@ async def take_turn(run: RunState) -> ModelResponse | Ending:
                     TerminationReason.TOKEN_BUDGET,
                     detail="the output budget left was too small to finish the turn",
                 )
-            if run.max_tokens >= agent.max_tokens_ceiling:
+            # A run's own settings may give another ceiling; the agent's is resolved already.
+            ceiling = run.settings.max_tokens_ceiling or agent.max_tokens_ceiling
+            if run.max_tokens >= ceiling:
                 return Ending(
                     TerminationReason.MAX_TOKENS,
                     text=_joined_text(pending, response),
                     detail=f"the turn did not fit in {run.max_tokens} output tokens",
                 )
-            run.max_tokens = min(run.max_tokens * 2, agent.max_tokens_ceiling)
+            run.max_tokens = min(run.max_tokens * 2, ceiling)
             truncations += 1
             await run.emitter.emit(
                 RetryScheduled(

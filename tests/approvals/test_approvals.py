@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from _approval_child import tools as child_tools
 
-from fanloop import DEFER, Agent, TerminationReason, tool
+from fanloop import DEFER, Agent, Delegation, TerminationReason, tool
 from fanloop.errors import ApprovalError
 from fanloop.messages import ToolResultPart
 from fanloop.providers.openai import OpenAIProvider
@@ -202,8 +202,7 @@ async def test_a_subagent_cannot_defer() -> None:
     agent = Agent(
         ScriptedProvider(respond),
         tools=bank.tools(),
-        delegate_tools=bank.tools(),
-        delegation=True,
+        delegation=Delegation(tools=bank.tools()),
         confirm=lambda n, p: DEFER,
     )
     result = await agent.run("go")

@@ -24,7 +24,7 @@ import anyio
 from dbos import DBOS
 from pydantic import BaseModel
 
-from fanloop import DEFER, Agent, Limits, tool
+from fanloop import DEFER, Agent, Delegation, Limits, ModelSettings, tool
 from fanloop.durable import DurableAgent
 from fanloop.providers.openai import OpenAIProvider
 
@@ -167,7 +167,7 @@ durables = {
         Agent(fast, system="agent:crash", tools=[fetch, note], limits=limits), name="crash"
     ),
     "fanout": DurableAgent(
-        Agent(fast, system="agent:fanout", delegation=True, delegate_tools=[where]),
+        Agent(fast, system="agent:fanout", delegation=Delegation(tools=[where])),
         name="fanout",
         concurrency=4,
         worker_concurrency=3,
@@ -200,9 +200,8 @@ durables = {
         Agent(
             fast,
             system="agent:budget",
-            delegation=True,
-            delegate_tools=[tick],
-            max_tokens=50,
+            delegation=Delegation(tools=[tick]),
+            model_settings=ModelSettings(max_tokens=50),
             limits=Limits(max_turns=20, max_total_tokens=10_000),
         ),
         name="budget",

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from fanloop import Agent, RunResult, TerminationReason
+from fanloop import Agent, Delegation, RunResult, TerminationReason
 from fanloop.durable import DurableAgent, RemoteError, RunRecovered
 from fanloop.durable._codec import (
     decode_event,
@@ -92,7 +92,7 @@ def test_sub_agents_get_workflows_and_each_depth_a_queue_of_its_own() -> None:
     pytest.importorskip("dbos")
     model = ScriptedProvider(["hi"])
     billing = Agent(model, name="billing", delegation=True)
-    agent = Agent(model, delegation=True, max_depth=2, tools=[billing.as_tool("ask_billing")])
+    agent = Agent(model, delegation=Delegation(max_depth=2), tools=[billing.as_tool("ask_billing")])
     durable = DurableAgent(agent, name="units-deep", queue="subs")
     assert durable.workflows == (
         "fanloop.units-deep",

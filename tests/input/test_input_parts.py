@@ -9,8 +9,8 @@ import pytest
 from input_media import GIF, JPEG, PDF, PNG, WEBP
 
 from fanloop import ToolResult
-from fanloop._agent import _user_message
 from fanloop._context import _chars
+from fanloop._runner import user_message as _user_message
 from fanloop.errors import ConfigurationError
 from fanloop.limits import DOCUMENT_TOKENS, IMAGE_TOKENS, estimate_input
 from fanloop.messages import (

@@ -15,7 +15,7 @@ import anyio
 import pytest
 from slot_events import waiting_for_a_slot
 
-from fanloop import Agent, Limits, RetryPolicy, TerminationReason
+from fanloop import Agent, Limits, ModelSettings, RetryPolicy, TerminationReason
 from fanloop.errors import ConfigurationError
 from fanloop.events import PacingWait, RetryScheduled
 from fanloop.pacing import Pacing, paced
@@ -95,7 +95,7 @@ async def test_token_budget_is_charged_an_estimate_and_settled_with_the_usage() 
     # really uses 10 tokens.
     provider, _stats = clocked(reply("ok", usage=Usage(input_tokens=5, output_tokens=5)))
     pacing = Pacing(tokens_per_minute=36_000)
-    agent = Agent(paced(provider, pacing), max_tokens=500)
+    agent = Agent(paced(provider, pacing), model_settings=ModelSettings(max_tokens=500))
     request = ModelRequest(messages=(), max_tokens=500)
     assert pacing.cost(request) >= 500
     # One after the other: each call's charge is settled to its 10 tokens before the next.
@@ -343,7 +343,7 @@ async def test_a_hostile_server_cannot_freeze_the_group() -> None:
         [reply("big", usage=Usage(input_tokens=10**15, output_tokens=10**15)), "next"]
     )
     pacing = Pacing(tokens_per_minute=60_000)  # 1000 tokens a second
-    agent = Agent(paced(provider, pacing), max_tokens=100)
+    agent = Agent(paced(provider, pacing), model_settings=ModelSettings(max_tokens=100))
     with anyio.fail_after(3):  # unbounded, the schedule would be pushed out by years
         assert (await agent.run("one")).text == "big"
         assert (await agent.run("two")).text == "next"

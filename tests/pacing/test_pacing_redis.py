@@ -16,7 +16,7 @@ import pytest
 from pacing_workers import REDIS_URL, expect, run_workers, start, stop
 from slot_events import waiting_for_a_slot
 
-from fanloop import Agent, RetryPolicy, TerminationReason
+from fanloop import Agent, ModelSettings, RetryPolicy, TerminationReason
 from fanloop.events import PacingUnavailable, PacingWait
 from fanloop.pacing import PacingUnreachable, RedisPacing, paced
 from fanloop.providers import ModelRequest
@@ -75,7 +75,9 @@ async def test_cancelled_waiter_leaves_no_lease_and_tokens_settle(redis_key: str
 
     pacing = RedisPacing(REDIS_URL, key=redis_key, max_concurrency=1, tokens_per_minute=600_000)
     waiting = waiting_for_a_slot(pacing)
-    agent = Agent(paced(ScriptedProvider(respond), pacing), max_tokens=100)
+    agent = Agent(
+        paced(ScriptedProvider(respond), pacing), model_settings=ModelSettings(max_tokens=100)
+    )
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(agent.run, "hold")

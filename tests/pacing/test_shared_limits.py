@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from fanloop import Agent, Limits, TerminationReason, tool
+from fanloop import Agent, Concurrency, Limits, ModelSettings, TerminationReason, tool
 from fanloop.catalog import cost_of
 from fanloop.errors import ConfigurationError
 from fanloop.events import RunFinished
@@ -51,8 +51,12 @@ async def test_separately_built_agents_share_one_limiter_per_key() -> None:
         return str(n)
 
     calls = [call("query", n=i) for i in range(3)]
-    first = Agent(calls_then_done(*calls), tools=[query], concurrency_limits={key: 1})
-    second = Agent(calls_then_done(*calls), tools=[query], concurrency_limits={key: 1})
+    first = Agent(
+        calls_then_done(*calls), tools=[query], concurrency=Concurrency(concurrency_limits={key: 1})
+    )
+    second = Agent(
+        calls_then_done(*calls), tools=[query], concurrency=Concurrency(concurrency_limits={key: 1})
+    )
     async with anyio.create_task_group() as tg:
         tg.start_soon(first.run, "go")
         tg.start_soon(second.run, "go")
@@ -67,17 +71,25 @@ def test_a_different_limit_for_a_live_key_is_refused_and_freed_with_its_agents()
         """Ping."""
         return "pong"
 
-    first = Agent(ScriptedProvider(), tools=[ping], concurrency_limits={key: 2})
-    Agent(ScriptedProvider(), tools=[ping], concurrency_limits={key: 2})  # same limit: fine
+    first = Agent(
+        ScriptedProvider(), tools=[ping], concurrency=Concurrency(concurrency_limits={key: 2})
+    )
+    Agent(
+        ScriptedProvider(), tools=[ping], concurrency=Concurrency(concurrency_limits={key: 2})
+    )  # same limit: fine
     with pytest.raises(ConfigurationError, match=f"{key!r} already has limit 2"):
-        Agent(ScriptedProvider(), tools=[ping], concurrency_limits={key: 3})
+        Agent(
+            ScriptedProvider(), tools=[ping], concurrency=Concurrency(concurrency_limits={key: 3})
+        )
     with pytest.raises(ConfigurationError, match="already has limit 2"):
-        first.with_options(concurrency_limits={key: 5})
+        first.with_options(concurrency=Concurrency(concurrency_limits={key: 5}))
     with pytest.raises(ConfigurationError, match="whole number"):
-        Agent(ScriptedProvider(), concurrency_limits={f"{key}-x": 0})
+        Agent(ScriptedProvider(), concurrency=Concurrency(concurrency_limits={f"{key}-x": 0}))
     del first
     gc.collect()
-    Agent(ScriptedProvider(), tools=[ping], concurrency_limits={key: 3})  # the key is free
+    Agent(
+        ScriptedProvider(), tools=[ping], concurrency=Concurrency(concurrency_limits={key: 3})
+    )  # the key is free
 
 
 # -- as_tool sub-agents under their own limits -------------------------------------------------
@@ -122,7 +134,7 @@ async def test_an_as_tool_child_keeps_its_own_tool_call_and_token_limits() -> No
         name="looker",
         tools=[look],
         limits=Limits(max_tool_calls=2, max_output_tokens=100),
-        max_tokens=40,
+        model_settings=ModelSettings(max_tokens=40),
     )
     parent = Agent(
         calls_then_done(call("looker", _id="c1", task="look around")),
@@ -150,7 +162,7 @@ async def test_the_parents_budget_still_binds_a_child_with_roomier_limits() -> N
         ScriptedProvider(child_turn),
         name="writer",
         limits=Limits(max_output_tokens=100_000),
-        max_tokens=300,
+        model_settings=ModelSettings(max_tokens=300),
     )
     parent = Agent(
         calls_then_done(call("writer", _id="c1", task="write")),
@@ -185,7 +197,7 @@ def four_children(child_limits: Limits | None = None) -> tuple[Agent[Any, Any], 
             ScriptedProvider(child_turn, model=PRICED),
             name=f"helper{i}",
             limits=child_limits or Limits(),
-            max_tokens=50,
+            model_settings=ModelSettings(max_tokens=50),
         )
         for i in range(4)
     ]
@@ -201,7 +213,7 @@ def four_children(child_limits: Limits | None = None) -> tuple[Agent[Any, Any], 
     parent = Agent(
         ScriptedProvider(lead, model=PRICED),
         tools=[c.as_tool() for c in children],
-        max_tokens=10,
+        model_settings=ModelSettings(max_tokens=10),
     )
     return parent, stats
 

@@ -161,7 +161,7 @@ async def test_anthropic_refuses_a_forced_tool_with_thinking(
     req = request(ModelSettings(tool_choice="required"), thinking_budget=2048)
     with pytest.raises(ConfigurationError, match="thinking"):
         await provider.complete(req)
-    agent = Agent(provider, tools=[get_weather], thinking_budget=2048)
+    agent = Agent(provider, tools=[get_weather], model_settings=ModelSettings(thinking_budget=2048))
     with pytest.raises(ProviderError, match="thinking"):  # never sent
         await agent.run("go", model_settings=ModelSettings(tool_choice="get_weather"))
     assert server.requests == []

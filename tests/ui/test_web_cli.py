@@ -15,7 +15,7 @@ import httpx2
 import pytest
 from web_process import WebServer, web_env
 
-from fanloop import Agent
+from fanloop import Agent, Delegation
 from fanloop.cli._app import CommandError
 from fanloop.cli._demo import FACTS_TASK, RISKS_TASK, ChatScript, chat_tools
 from fanloop.cli._web import check_binding, is_loopback, load_agent
@@ -327,8 +327,7 @@ async def _demo_run(
             OpenAIProvider("gpt-4o", api_key="demo", base_url=server.openai_base_url),
             tools=[WriteFileTool(root=str(tmp_path), read_cache=False)],
             confirm=lambda name, preview: answer,
-            delegation=True,
-            delegate_tools=chat_tools(_FAST),
+            delegation=Delegation(tools=chat_tools(_FAST)),
             memory=False,
             workspace=str(tmp_path),
         )

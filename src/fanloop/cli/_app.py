@@ -25,7 +25,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from .. import Agent, Limits
-from .._delegate import AgentTool, DelegateTool
+from .._delegate import AgentTool, DelegateTool, Delegation
 from ..errors import ConfigurationError, FanloopError, ProviderError
 from ..providers import Provider, from_env, resolve_provider
 from ..providers._resolve import VENDORS
@@ -516,8 +516,7 @@ def build_setup(
         tools=tools,
         confirm=gate,
         observer=EventObserver(view),
-        delegation=args.delegate,
-        delegate_tools=delegate_tools,
+        delegation=Delegation(tools=delegate_tools) if args.delegate else False,
         memory=args.memory,
         skills=args.skills,
         workspace=root,

@@ -39,6 +39,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from .. import Agent, Limits
+from .._delegate import Delegation
 from ..errors import ConfigurationError
 from ..messages import Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
 from ..sessions import (
@@ -144,8 +145,11 @@ def _options_agent(
         system=SYSTEM_PROMPT.format(root=os.path.abspath(root or ".")),
         tools=[*(DEFAULT_TOOLS if root is None else default_tools(root=root)), *extra_tools],
         auto_approve=args.yes,
-        delegation=args.delegate,
-        delegate_tools=None if root is None else read_only_tools(root=root),
+        delegation=(
+            Delegation(tools=None if root is None else read_only_tools(root=root))
+            if args.delegate
+            else False
+        ),
         memory=args.memory,
         skills=args.skills,
         workspace=root,
@@ -669,8 +673,7 @@ async def _demo_agent(stack: AsyncExitStack) -> tuple[Agent[Any, Any], str]:
         provider,
         system="You are fanloop's demo assistant.",
         tools=[WriteFileTool(root=workdir, read_cache=False)],
-        delegation=True,
-        delegate_tools=chat_tools(WEB),
+        delegation=Delegation(tools=chat_tools(WEB)),
         memory=False,
         workspace=workdir,
         limits=Limits(max_turns=10),

@@ -17,8 +17,9 @@ from ._workflow import Level, QueueSpec
 if TYPE_CHECKING:
     from dbos import DBOSClient
 
-    from .._agent import Agent, Prompt
+    from .._agent import Agent
     from .._result import RunResult
+    from .._runner import Prompt
 
 __all__ = ["DurableAgent", "DurableRun"]
 

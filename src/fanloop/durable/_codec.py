@@ -56,9 +56,9 @@ def dump_prompt(prompt: Any) -> dict[str, Any] | None:
         return {"text": prompt}
     if isinstance(prompt, Message):
         return {"message": prompt.model_dump(mode="json")}
-    from .._agent import _user_message
+    from .._runner import user_message
 
-    return {"message": _user_message(prompt).model_dump(mode="json")}
+    return {"message": user_message(prompt).model_dump(mode="json")}
 
 
 def load_prompt(data: dict[str, Any] | None) -> str | Message | None:

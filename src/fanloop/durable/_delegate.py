@@ -25,9 +25,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
-from .._delegate import DelegateTool, _outcome
+from .._config import ContextPolicy
+from .._delegate import DelegateTool, Delegation, _outcome
 from .._fanout import MAX_ERROR_CHARS, clip
 from .._model_types import Usage
+from .._settings import ModelSettings
 from ..errors import ProviderError
 from ..limits import Limits
 from ..observers import trace_context_of
@@ -60,6 +62,7 @@ def child_agent(parent: Agent, tool: DelegateTool, depth: int) -> Agent:
     the way it builds it in one process."""
     from .._agent import Agent
 
+    deeper = depth < tool._max_depth
     return Agent(
         parent.provider,
         system=tool._system,
@@ -67,13 +70,13 @@ def child_agent(parent: Agent, tool: DelegateTool, depth: int) -> Agent:
         limits=parent.limits,
         retry=parent.retry,
         name="delegate",
-        max_tokens=parent.max_tokens,
-        max_tokens_ceiling=parent.max_tokens_ceiling,
-        temperature=parent.temperature,
-        context_window=parent.context_window,
-        delegation=depth < parent.max_depth,
-        max_depth=parent.max_depth,
-        delegate_tools=tool._tools,
+        model_settings=ModelSettings(
+            max_tokens=parent.max_tokens,
+            max_tokens_ceiling=parent.max_tokens_ceiling,
+            temperature=parent.temperature,
+        ),
+        context=ContextPolicy(context_window=parent.context_window or None),
+        delegation=Delegation(tools=tool._tools, max_depth=tool._max_depth) if deeper else False,
         auto_approve=parent.auto_approve,
         confirm=parent.confirm,
         workspace=parent.workspace,

@@ -4,7 +4,7 @@ its queue) and the body every run of that level executes."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -160,6 +160,7 @@ class Level:
                 tools.append(DurableSubAgent(t, child, sink, lanes, cap))
             else:
                 tools.append(DurableTool(t, base, lanes))
+        tools.extend(base.hosted_tools)  # run by the provider, inside its durable step
         confirm = base.confirm
         gate = ApprovalGate(confirm, can_wait=self.depth == 0) if confirm is not None else None
         return base.with_options(
@@ -172,9 +173,11 @@ class Level:
             observer=sink if self.tracer is None else MultiObserver(sink, self.tracer),
             hooks=None,
             confirm=gate,
-            max_concurrency=None,  # the caps apply inside the tool steps (see _steps)
-            tool_concurrency={},
-            max_tool_result_chars=None,  # cut inside the tool steps, so checkpoints are capped
+            # The caps apply inside the tool steps (see _steps); the keyed limits and threads
+            # stay, so the copy keeps this agent's limiter pool.
+            concurrency=replace(base.concurrency, max_concurrency=None, tool_concurrency={}),
+            # Cut inside the tool steps, so checkpoints are capped.
+            context=replace(base.context, max_tool_result_chars=None),
             limits=Limits(**limits) if limits else base.limits,
             output_validators=[
                 OutputCheck(fn, takes_context, base.output.adapter)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._settings import ALL_SETTINGS, ModelSettings
+from .._settings import ALL_SETTINGS, LOOP_SETTINGS, ModelSettings
 from ..errors import ConfigurationError
 from ._schema import FormatCache, anthropic_schema, openai_strict_schema, schema_name
 from ._types import ModelRequest, OutputFormat
@@ -61,7 +61,9 @@ RESPONSES_SETTINGS = ALL_SETTINGS - {"seed", "stop"}
 
 
 def _check(settings: ModelSettings, supported: frozenset[str], provider: str) -> None:
-    missing = sorted(k for k in settings._set_values() if k != "max_tokens" and k not in supported)
+    missing = sorted(
+        k for k in settings._set_values() if k not in LOOP_SETTINGS and k not in supported
+    )
     if missing:
         raise ConfigurationError(
             f"provider {provider!r} cannot honour the model setting(s) {', '.join(missing)}"

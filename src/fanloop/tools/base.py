@@ -143,7 +143,7 @@ class Tool(ABC):
         timeout: seconds after which a call becomes an error result.
         max_concurrency: cap on calls of this tool running at once, across runs of one agent.
         concurrency_key: calls of every tool with the same key share the agent's keyed limit
-            (see ``Agent(concurrency_limits=...)``), across runs and sub-agents.
+            (see ``Concurrency(concurrency_limits=...)``), across runs and sub-agents.
     """
 
     name: str
