@@ -2,19 +2,133 @@
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
+from collections import deque
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, Generic
 
 import anyio
 from anyio.abc import TaskGroup
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ._result import OutputT, RunResult
 from .events import Event
 
 __all__ = ["RunStream"]
+
+_EMPTY: Any = object()
+
+
+class _Channel:
+    """The bounded buffer between a run (one producer) and its consumer (one reader).
+
+    ``anyio``'s memory object stream does more per item than a stream of deltas can afford: its
+    ``receive()`` passes a checkpoint (one more trip through the event loop) and makes an event
+    and a task record before it waits, and its ``send`` asks whether the waiting reader has a
+    cancellation pending. Here an item goes into a ``deque``; a side that must wait (the reader
+    on an empty buffer, the producer on a full one) waits on one future (an ``anyio.Event`` on
+    another backend), which the other side resolves. A reader waiting is woken by the next item
+    even when ``size`` is 0.
+    """
+
+    __slots__ = ("_items", "_loop", "_reader", "_writer", "_size", "recv_closed", "send_closed")
+
+    def __init__(self, size: int) -> None:
+        self._items: deque[Event] = deque()
+        self._size = size
+        self._reader: Any = None  # what the reader waits on, set while it waits
+        self._writer: Any = None  # what the producer waits on, set while it waits
+        self.send_closed = False
+        self.recv_closed = False
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # another backend (trio)
+            self._loop = None
+
+    def _waiter(self) -> Any:
+        return self._loop.create_future() if self._loop is not None else anyio.Event()
+
+    @staticmethod
+    def _wake(waiter: Any) -> None:
+        if isinstance(waiter, asyncio.Future):
+            if not waiter.done():
+                waiter.set_result(None)
+        else:
+            waiter.set()
+
+    @staticmethod
+    async def _wait(waiter: Any) -> None:
+        if isinstance(waiter, asyncio.Future):
+            await waiter
+        else:
+            await waiter.wait()
+
+    def offer(self, item: Event) -> bool:
+        """Add ``item`` unless the buffer is full (then ``False``); dropped once the reader is
+        gone (a consumer that left is cancelling the run)."""
+        if self.recv_closed:
+            return True
+        reader = self._reader
+        if reader is not None:  # waiting on an empty buffer
+            self._reader = None
+            self._items.append(item)
+            self._wake(reader)
+            return True
+        if len(self._items) < self._size:
+            self._items.append(item)
+            return True
+        return False
+
+    async def put(self, item: Event) -> None:
+        """Add ``item``, waiting for room (backpressure)."""
+        while not self.offer(item):
+            waiter = self._writer = self._waiter()
+            try:
+                await self._wait(waiter)
+            finally:
+                self._writer = None
+
+    def take(self) -> Event:
+        """The next item, or ``_EMPTY``."""
+        items = self._items
+        if not items:
+            return _EMPTY
+        writer = self._writer
+        if writer is not None:  # waiting on a full buffer: there is room now
+            self._writer = None
+            self._wake(writer)
+        return items.popleft()
+
+    async def get(self) -> Event:
+        """The next item, waiting for one; ``anyio.EndOfStream`` once the producer is done and
+        the buffer empty."""
+        while True:
+            if self.recv_closed:
+                raise anyio.ClosedResourceError
+            item = self.take()
+            if item is not _EMPTY:
+                return item
+            if self.send_closed:
+                raise anyio.EndOfStream
+            waiter = self._reader = self._waiter()
+            try:
+                await self._wait(waiter)
+            finally:
+                self._reader = None
+
+    def close_send(self) -> None:
+        self.send_closed = True
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            self._wake(reader)
+
+    def close_recv(self) -> None:
+        """The reader left: drop what is buffered and wake a producer waiting for room."""
+        self.recv_closed = True
+        self._items.clear()
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            self._wake(writer)
 
 
 class RunStream(Generic[OutputT]):
@@ -48,8 +162,7 @@ class RunStream(Generic[OutputT]):
         self._error_raised = False
         self._tg: TaskGroup | None = None
         self._scope = anyio.CancelScope()
-        self._send: MemoryObjectSendStream[Event] | None = None
-        self._recv: MemoryObjectReceiveStream[Event] | None = None
+        self._channel: _Channel | None = None
 
     @property
     def result(self) -> RunResult[OutputT]:
@@ -64,50 +177,53 @@ class RunStream(Generic[OutputT]):
         return self._result is not None
 
     async def __aenter__(self) -> RunStream[OutputT]:
-        self._send, self._recv = anyio.create_memory_object_stream[Event](self._buffer)
+        self._channel = _Channel(self._buffer)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         self._tg.start_soon(self._produce)
         return self
 
     async def _produce(self) -> None:
-        if self._send is None:  # pragma: no cover - started by __aenter__ only
+        channel = self._channel
+        if channel is None:  # pragma: no cover - started by __aenter__ only
             raise RuntimeError("the run stream was not entered")
         with self._scope:  # the run's own scope: cancelling it leaves the consumer running
-            async with self._send:
-                try:
-                    self._result = await self._execute(send=self._deliver)
-                except anyio.get_cancelled_exc_class() as exc:
-                    self._result = getattr(exc, "partial", None)
-                    raise
-                except Exception as exc:
-                    self._error = exc
-                    self._result = getattr(exc, "partial", None)
+            try:
+                self._result = await self._execute(send=self._deliver)
+            except anyio.get_cancelled_exc_class() as exc:
+                self._result = getattr(exc, "partial", None)
+                raise
+            except Exception as exc:
+                self._error = exc
+                self._result = getattr(exc, "partial", None)
+            finally:
+                channel.close_send()
 
-    async def _deliver(self, event: Event) -> None:
-        if self._send is None:  # pragma: no cover - started by __aenter__ only
+    def _deliver(self, event: Event) -> Awaitable[None] | None:
+        """Hand ``event`` to the consumer: at once while the buffer has room (no trip through
+        the event loop), else an awaitable that waits for room (backpressure). A consumer that
+        left is cancelling the run: the event is dropped."""
+        channel = self._channel
+        if channel is None:  # pragma: no cover - started by __aenter__ only
             raise RuntimeError("the run stream was not entered")
-        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-            try:  # room in the buffer: no trip through the event loop per event
-                self._send.send_nowait(event)
-            except anyio.WouldBlock:
-                await self._send.send(event)  # full: wait for the consumer (backpressure)
-            # (a consumer that left is cancelling the run: the event is dropped)
+        if channel.offer(event):
+            return None
+        return channel.put(event)
 
     def __aiter__(self) -> RunStream[OutputT]:
-        if self._recv is None:
+        if self._channel is None:
             raise _not_entered()
         return self
 
     async def __anext__(self) -> Event:
-        recv = self._recv
-        if recv is None:
+        channel = self._channel
+        if channel is None:
             raise _not_entered()
+        item = channel.take()  # buffered: no trip through the event loop
+        if item is not _EMPTY:
+            return item
         try:
-            try:
-                return recv.receive_nowait()
-            except anyio.WouldBlock:
-                return await recv.receive()
+            return await channel.get()
         except anyio.EndOfStream:
             if self._error is not None and not self._error_raised:
                 self._error_raised = True
@@ -125,17 +241,17 @@ class RunStream(Generic[OutputT]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        if self._tg is None or self._recv is None:
+        if self._tg is None or self._channel is None:
             raise RuntimeError("RunStream.__aexit__ without __aenter__")
         if self._result is None or exc_type is not None:
-            self._recv.close()  # wakes a producer blocked on a full buffer
+            self._channel.close_recv()  # wakes a producer blocked on a full buffer
             self._scope.cancel()
         try:
             # The block's own exception is not handed to the task group (which would wrap it
             # in an ExceptionGroup): it propagates as itself once the run task is done.
             await self._tg.__aexit__(None, None, None)
         finally:
-            self._recv.close()
+            self._channel.close_recv()
         if exc_type is None and self._error is not None and not self._error_raised:
             self._error_raised = True
             raise self._error

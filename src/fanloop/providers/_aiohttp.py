@@ -151,14 +151,20 @@ class WireResponse:
         except _FAILURES as exc:
             raise _translate(exc) from exc
 
-    async def aiter_bytes(self) -> AsyncIterator[bytes]:
-        """The body, decoded, chunk by chunk as it arrives.
+    def aiter_bytes(self) -> AsyncIterator[bytes]:
+        """The body, decoded, chunk by chunk as it arrives (a body without a
+        ``Content-Encoding`` is :meth:`chunks` itself: no generator in between, per chunk).
 
         Raises:
             httpx2.DecodingError: a gzip or deflate body that does not decode, or more content
                 codings than :data:`~fanloop.providers._wire.MAX_CONTENT_CODINGS`.
             httpx2.TransportError: the connection failed.
         """
+        if "content-encoding" not in self.headers:
+            return self.chunks()
+        return self._decoded()
+
+    async def _decoded(self) -> AsyncIterator[bytes]:
         try:
             codings = content_codings(self.headers.getall("content-encoding", ()))  # type: ignore[attr-defined]
         except ResponseTooLarge as exc:  # as httpx2 refuses too many: a DecodingError
