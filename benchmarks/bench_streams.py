@@ -7,10 +7,10 @@
   between two deltas as the consumer sees them (p50, p99, pooled over every consumer), the time
   to first delta (p99 over consumers), the client's peak RSS and CPU time, and the errors (a
   consumer that raises or does not get every delta). Each side streams one answer before the
-  batch (imports done, one pooled connection), as a service in its steady state. Sides: ``fanloop`` (an ``Agent`` on ``OpenAIProvider``,
-  ``async with agent.stream(...)``, its default ``RetryPolicy``) and ``floor`` (the same stream
-  read by hand: one ``aiohttp`` session, ``json.loads`` of each SSE ``data:`` line, retried
-  under the same rules).
+  batch (imports done, one pooled connection), as a service in its steady state. Sides:
+  ``fanloop`` (an ``Agent`` on ``OpenAIProvider``, ``async with agent.stream(...)``, its
+  default ``RetryPolicy``) and ``floor`` (the same stream read by hand: one ``aiohttp``
+  session, ``json.loads`` of each SSE ``data:`` line, retried under the same rules).
 - **one long stream**: one answer of ``--long`` deltas written at once; both sides in one
   process, interleaved; time to first delta and deltas per second to the consumer.
 
@@ -131,7 +131,7 @@ def floor_consumer(url: str, retry: bool) -> tuple[Callable[..., Awaitable[int]]
             attempt += 1
             try:
                 return await once(tick)
-            except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError):
+            except (TimeoutError, aiohttp.ClientError, ConnectionError):
                 if attempt > retries:
                     raise
                 backoff = 0.5 * 2.0 ** (attempt - 1)
@@ -253,9 +253,7 @@ def concurrent_rows(
     and a line per figure with its spread."""
     rows: list[Row] = []
     spread: list[str] = []
-    with serve(
-        answer_chars=deltas, chars_per_delta=1, delta_delay=interval, cpu=SERVER_CPU
-    ) as url:
+    with serve(answer_chars=deltas, chars_per_delta=1, delta_delay=interval, cpu=SERVER_CPU) as url:
         measure("floor", url, min(sizes), deltas)  # warm the server
         for n in sizes:
             samples: dict[str, list[dict[str, Any]]] = {"fanloop": [], "floor": []}

@@ -31,7 +31,7 @@ class _Channel:
     even when ``size`` is 0.
     """
 
-    __slots__ = ("_items", "_loop", "_reader", "_writer", "_size", "recv_closed", "send_closed")
+    __slots__ = ("_items", "_loop", "_reader", "_size", "_writer", "recv_closed", "send_closed")
 
     def __init__(self, size: int) -> None:
         self._items: deque[Event] = deque()
@@ -92,7 +92,7 @@ class _Channel:
         """The next item, or ``_EMPTY``."""
         items = self._items
         if not items:
-            return _EMPTY
+            return _EMPTY  # type: ignore[no-any-return]
         writer = self._writer
         if writer is not None:  # waiting on a full buffer: there is room now
             self._writer = None
