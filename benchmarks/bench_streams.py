@@ -23,6 +23,7 @@ import argparse
 import array
 import asyncio
 import collections
+import gc
 import json
 import random
 import resource
@@ -167,11 +168,26 @@ async def batch(side: str, url: str, n: int, deltas: int, retry: bool) -> dict[s
             KINDS[f"{type(exc).__name__}: {exc}"[:200]] += 1
 
     await consume(Timings().consumer(time.perf_counter()))  # warm-up: imports, one connection
+    gc_time = [0.0, 0.0, 0.0]  # seconds in collections of each generation during the batch
+    gc_started = 0.0
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        nonlocal gc_started
+        if phase == "start":
+            gc_started = time.perf_counter()
+        else:
+            gc_time[info["generation"]] += time.perf_counter() - gc_started
+
+    gc.callbacks.append(on_gc)
+    collections_before = [g["collections"] for g in gc.get_stats()]
     cpu = time.process_time()
     started = time.perf_counter()
     await asyncio.gather(*(one() for _ in range(n)))
     wall = time.perf_counter() - started
     cpu = time.process_time() - cpu
+    gc.callbacks.remove(on_gc)
+    stats = gc.get_stats()
+    gc_count = [g["collections"] - c for g, c in zip(stats, collections_before, strict=True)]
     await close()
     gaps = sorted(timings.gaps)
     ttfd = sorted(timings.ttfd)
@@ -182,6 +198,8 @@ async def batch(side: str, url: str, n: int, deltas: int, retry: bool) -> dict[s
     return {
         "wall": wall,
         "cpu_s": cpu,
+        "gc_s": gc_time,
+        "gc_collections": gc_count,
         "gap_p50_ms": pct(gaps, 0.5),
         "gap_p99_ms": pct(gaps, 0.99),
         "ttfd_p50_ms": pct(ttfd, 0.5),

@@ -56,37 +56,37 @@ class _Channel:
         else:
             waiter.set()
 
-    @staticmethod
-    async def _wait(waiter: Any) -> None:
-        if isinstance(waiter, asyncio.Future):
-            await waiter
-        else:
-            await waiter.wait()
-
-    def offer(self, item: Event) -> bool:
-        """Add ``item`` unless the buffer is full (then ``False``); dropped once the reader is
-        gone (a consumer that left is cancelling the run)."""
+    def send(self, item: Event) -> Awaitable[None] | None:
+        """Add ``item`` at once while the buffer has room (or the reader waits on an empty
+        one), else return an awaitable that waits for room (backpressure). Once the reader is
+        gone (a consumer that left is cancelling the run) the item is dropped."""
         if self.recv_closed:
-            return True
+            return None
         reader = self._reader
         if reader is not None:  # waiting on an empty buffer
             self._reader = None
             self._items.append(item)
             self._wake(reader)
-            return True
+            return None
         if len(self._items) < self._size:
             self._items.append(item)
-            return True
-        return False
+            return None
+        return self._put(item)
 
-    async def put(self, item: Event) -> None:
-        """Add ``item``, waiting for room (backpressure)."""
-        while not self.offer(item):
+    async def _put(self, item: Event) -> None:
+        """Wait for room in the full buffer, then add ``item``."""
+        while True:
             waiter = self._writer = self._waiter()
             try:
-                await self._wait(waiter)
+                await (waiter if self._loop is not None else waiter.wait())
             finally:
                 self._writer = None
+            if self.recv_closed:  # the consumer left and is cancelling the run: let it
+                await anyio.lowlevel.checkpoint()
+                return
+            if self._reader is not None or len(self._items) < self._size:
+                self.send(item)  # room now: taken at once
+                return
 
     def take(self) -> Event:
         """The next item, or ``_EMPTY``."""
@@ -111,8 +111,12 @@ class _Channel:
             if self.send_closed:
                 raise anyio.EndOfStream
             waiter = self._reader = self._waiter()
+            writer = self._writer
+            if writer is not None:  # a producer waits with an item (a buffer of 0): take it
+                self._writer = None
+                self._wake(writer)
             try:
-                await self._wait(waiter)
+                await (waiter if self._loop is not None else waiter.wait())
             finally:
                 self._reader = None
 
@@ -189,7 +193,7 @@ class RunStream(Generic[OutputT]):
             raise RuntimeError("the run stream was not entered")
         with self._scope:  # the run's own scope: cancelling it leaves the consumer running
             try:
-                self._result = await self._execute(send=self._deliver)
+                self._result = await self._execute(send=channel.send)
             except anyio.get_cancelled_exc_class() as exc:
                 self._result = getattr(exc, "partial", None)
                 raise
@@ -198,17 +202,6 @@ class RunStream(Generic[OutputT]):
                 self._result = getattr(exc, "partial", None)
             finally:
                 channel.close_send()
-
-    def _deliver(self, event: Event) -> Awaitable[None] | None:
-        """Hand ``event`` to the consumer: at once while the buffer has room (no trip through
-        the event loop), else an awaitable that waits for room (backpressure). A consumer that
-        left is cancelling the run: the event is dropped."""
-        channel = self._channel
-        if channel is None:  # pragma: no cover - started by __aenter__ only
-            raise RuntimeError("the run stream was not entered")
-        if channel.offer(event):
-            return None
-        return channel.put(event)
 
     def __aiter__(self) -> RunStream[OutputT]:
         if self._channel is None:

@@ -127,9 +127,12 @@ class WireResponse:
         headers: the response headers (case-insensitive, as ``aiohttp`` parsed them).
     """
 
-    __slots__ = ("_response", "_transport", "headers", "status_code")
+    __slots__ = ("_response", "_transport", "headers", "status_code", "waits")
 
     def __init__(self, response: aiohttp.ClientResponse, transport: AiohttpTransport) -> None:
+        self.waits = 0
+        """How many reads of :meth:`chunks` found nothing buffered and waited (gave the event
+        loop a turn): a reader that sees it change needs no pause of its own."""
         self.status_code = response.status
         self.headers: Mapping[str, str] = response.headers
         self._response = response
@@ -146,7 +149,13 @@ class WireResponse:
         """
         content = self._response.content
         try:
-            while chunk := await content.read(_READ_SIZE):
+            while True:
+                chunk = content.read_nowait(_READ_SIZE)
+                if not chunk:
+                    self.waits += 1
+                    chunk = await content.read(_READ_SIZE)
+                    if not chunk:
+                        return
                 yield chunk
         except _FAILURES as exc:
             raise _translate(exc) from exc
