@@ -427,3 +427,25 @@ async def test_iterating_after_the_block_is_refused() -> None:
     assert events[-1].kind == "run_finished"
     with pytest.raises(anyio.ClosedResourceError):
         await run.__anext__()
+
+
+async def test_a_consumer_task_cancelled_while_it_waits_cancels_the_run() -> None:
+    started, cancelled, closed = anyio.Event(), anyio.Event(), []
+    agent = Agent(blocking_provider(started, cancelled, closed))
+    streams: list[RunStream] = []
+
+    async def reader() -> None:
+        async with agent.stream("hi") as run:
+            streams.append(run)
+            async for _ in run:
+                pass
+
+    task = asyncio.get_running_loop().create_task(reader())
+    with anyio.fail_after(5):
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await cancelled.wait()
+    assert closed == [True]
+    assert streams[0].result.termination_reason is TerminationReason.CANCELLED

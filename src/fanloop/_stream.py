@@ -165,6 +165,7 @@ class RunStream(Generic[OutputT]):
         self._error: BaseException | None = None
         self._error_raised = False
         self._tg: TaskGroup | None = None
+        self._task: asyncio.Task[None] | None = None
         self._scope = anyio.CancelScope()
         self._channel: _Channel | None = None
 
@@ -181,7 +182,14 @@ class RunStream(Generic[OutputT]):
         return self._result is not None
 
     async def __aenter__(self) -> RunStream[OutputT]:
-        self._channel = _Channel(self._buffer)
+        channel = self._channel = _Channel(self._buffer)
+        if channel._loop is not None:
+            # On asyncio the run is a plain task, awaited by __aexit__: a task group would add
+            # a cancel scope, a task record and a wrapper coroutine to every stream in flight.
+            # A consumer cancelled while it waits there cancels the task it awaits, as the
+            # group would.
+            self._task = channel._loop.create_task(self._produce())
+            return self
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         self._tg.start_soon(self._produce)
@@ -234,15 +242,18 @@ class RunStream(Generic[OutputT]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        if self._tg is None or self._channel is None:
+        if (self._tg is None and self._task is None) or self._channel is None:
             raise RuntimeError("RunStream.__aexit__ without __aenter__")
         if self._result is None or exc_type is not None:
             self._channel.close_recv()  # wakes a producer blocked on a full buffer
             self._scope.cancel()
         try:
-            # The block's own exception is not handed to the task group (which would wrap it
-            # in an ExceptionGroup): it propagates as itself once the run task is done.
-            await self._tg.__aexit__(None, None, None)
+            if self._task is not None:
+                await self._task
+            else:
+                # The block's own exception is not handed to the task group (which would wrap
+                # it in an ExceptionGroup): it propagates as itself once the run task is done.
+                await self._tg.__aexit__(None, None, None)  # type: ignore[union-attr]
         finally:
             self._channel.close_recv()
         if exc_type is None and self._error is not None and not self._error_raised:
