@@ -182,8 +182,9 @@ class Emitter:
         self.wants_deltas = self._everything or any(k in table for k in DELTA_KINDS)
 
     @property
-    def send(self) -> Callable[[Event], Awaitable[None]] | None:
-        """Where events go besides the table (a stream's queue), if anywhere."""
+    def send(self) -> Callable[[Event], Awaitable[None] | None] | None:
+        """Where events go besides the table (a stream's queue), if anywhere: it returns
+        ``None`` once it took the event, or an awaitable that waits for room."""
         return self._send
 
     def wants(self, kind: str) -> bool:
