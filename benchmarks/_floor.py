@@ -8,7 +8,9 @@ ratio to it.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import random
 from typing import Any
 
 import aiohttp
@@ -71,14 +73,28 @@ async def openai_turn(
 
 
 async def openai_loop(
-    http: aiohttp.ClientSession, url: str, prompt: str, *, streaming: bool
+    http: aiohttp.ClientSession, url: str, prompt: str, *, streaming: bool, retries: int = 0
 ) -> tuple[int, str]:
-    """One conversation to its answer: (model calls, answer text)."""
+    """One conversation to its answer: (model calls, answer text). With ``retries``, a turn
+    that fails on the connection, a timeout or HTTP 408/409/429/5xx is sent again, as
+    fanloop's default ``RetryPolicy`` does it (0.5 s doubling, equal jitter)."""
     messages: list[Any] = [{"role": "user", "content": prompt}]
     turns = 0
     while True:
         turns += 1
-        text, calls = await openai_turn(http, url, messages, streaming=streaming)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                text, calls = await openai_turn(http, url, messages, streaming=streaming)
+                break
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                status = getattr(exc, "status", None)
+                transient = status is None or status in (408, 409, 429) or status >= 500
+                if attempt > retries or not transient:
+                    raise
+                backoff = 0.5 * 2.0 ** (attempt - 1)
+                await asyncio.sleep(backoff / 2 + random.random() * backoff / 2)
         if not calls:
             return turns, text
         messages.append({"role": "assistant", "content": text or None, "tool_calls": calls})

@@ -4,7 +4,9 @@
 line of stdout and serves until stdin closes. Each conversation calls ``noop`` once per turn
 (on the Responses API after a reasoning item) until it holds ``--tool-turns`` tool results,
 then answers with ``--answer-chars`` characters
-(``--chars-per-delta`` of them per streamed delta). Use :func:`serve` from a benchmark.
+(``--chars-per-delta`` of them per streamed delta, ``--delta-delay`` seconds apart; 0: the whole
+stream in one write). ``--cpu N`` pins the server to that core. Use :func:`serve` from a
+benchmark.
 """
 
 from __future__ import annotations
@@ -64,12 +66,17 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.0)
     parser.add_argument("--answer-chars", type=int, default=40)
     parser.add_argument("--chars-per-delta", type=int, default=12)
+    parser.add_argument("--delta-delay", type=float, default=0.0)
+    parser.add_argument("--cpu", type=int, default=None)
     args = parser.parse_args()
+    if args.cpu is not None:
+        pin(args.cpu)
     answer = ("All done, here is the answer. " * (args.answer_chars // 30 + 1))[: args.answer_chars]
     with FakeLLMServer(
         responder=make_responder(args.tool_turns, answer),
         latency=args.latency,
         chars_per_delta=args.chars_per_delta,
+        delta_delay=args.delta_delay,
         record=False,
     ) as server:
         print(server.port, flush=True)
@@ -78,11 +85,29 @@ def main() -> None:
             print(f"server errors: {server.errors[:3]}", file=sys.stderr)
 
 
+def pin(cpu: int) -> bool:
+    """Pin this process to core ``cpu`` (as ``taskset -c``); False where that is not possible
+    (not Linux, or fewer cores)."""
+    import os
+
+    if not hasattr(os, "sched_setaffinity") or cpu not in os.sched_getaffinity(0):
+        return False
+    os.sched_setaffinity(0, {cpu})
+    return True
+
+
 @contextlib.contextmanager
 def serve(
-    *, tool_turns: int = 0, latency: float = 0.0, answer_chars: int = 40, chars_per_delta: int = 12
+    *,
+    tool_turns: int = 0,
+    latency: float = 0.0,
+    answer_chars: int = 40,
+    chars_per_delta: int = 12,
+    delta_delay: float = 0.0,
+    cpu: int | None = None,
 ) -> Iterator[str]:
-    """Run the server in a child process; yields its ``http://127.0.0.1:PORT``."""
+    """Run the server in a child process (pinned to core ``cpu`` when given); yields its
+    ``http://127.0.0.1:PORT``."""
     argv = [
         sys.executable,
         __file__,
@@ -90,7 +115,10 @@ def serve(
         f"--latency={latency}",
         f"--answer-chars={answer_chars}",
         f"--chars-per-delta={chars_per_delta}",
+        f"--delta-delay={delta_delay}",
     ]
+    if cpu is not None:
+        argv.append(f"--cpu={cpu}")
     with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
         assert proc.stdout is not None
         assert proc.stdin is not None

@@ -4,7 +4,8 @@ Each side runs in its own child process (``python bench_concurrency.py child ...
 peak RSS (``ru_maxrss``) is comparable; the FakeLLMServer runs in a third process. A run is
 one conversation: two turns that call the no-op tool, then the answer. Retries are off on
 every side, so every failure counts as an error (``--default-retry``: fanloop keeps its
-default ``RetryPolicy``; a retried failure then costs time, not a run). Sides: ``fanloop``,
+default ``RetryPolicy`` and the floor retries each turn under the same rules; a retried
+failure then costs time, not a run). Sides: ``fanloop``,
 ``sdk`` (a hand-written loop on ``AsyncOpenAI``, the baseline) and ``floor`` (the same loop as
 plain JSON over ``aiohttp``).
 """
@@ -75,13 +76,18 @@ async def sdk_side(url: str, n: int) -> tuple[int, float]:
     return errors, wall
 
 
-async def floor_side(url: str, n: int) -> tuple[int, float]:
-    """The physical floor: the same streamed loop written by hand as plain JSON over aiohttp."""
+async def floor_side(url: str, n: int, default_retry: bool = False) -> tuple[int, float]:
+    """The physical floor: the same streamed loop written by hand as plain JSON over aiohttp
+    (it streams every turn, as fanloop does); with ``default_retry`` each turn is retried as
+    fanloop's default ``RetryPolicy`` retries it."""
     import _floor
 
     session = _floor.session(limit=1000)
     errors, wall = await _concurrently(
-        n, lambda: _floor.openai_loop(session, url, "go", streaming=True)
+        n,
+        lambda: _floor.openai_loop(
+            session, url, "go", streaming=True, retries=3 if default_retry else 0
+        ),
     )
     await session.close()
     return errors, wall
@@ -134,7 +140,7 @@ def child(argv: list[str]) -> None:
             fanloop_side(args.url, args.n, args.transport, args.default_retry)
         )
     elif args.side == "floor":
-        errors, wall = asyncio.run(floor_side(args.url, args.n))
+        errors, wall = asyncio.run(floor_side(args.url, args.n, args.default_retry))
     else:
         errors, wall = asyncio.run(sdk_side(args.url, args.n))
     rss_mib = peak_rss_mib()

@@ -50,6 +50,8 @@ def test_quick_benchmark_run_prints_and_writes_the_table(tmp_path: Path) -> None
         "creating",
         "ScriptedProvider",
         "AG-UI endpoint",
+        "concurrent streamed answers",
+        "written at once; floor",
     ):
         assert workload in written, workload
     assert "| errors (of 20 runs) | 0  | 0  |" in written

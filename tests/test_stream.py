@@ -392,3 +392,60 @@ async def test_iterating_without_the_block_shows_the_right_form() -> None:
     async with stream as run:  # the same handle still works the right way
         assert [e.kind async for e in run][-1] == "run_finished"
     assert run.result.text == "never sent"
+
+
+# -- the buffer between the run and its consumer ---------------------------------------------
+
+
+async def test_a_buffer_of_zero_hands_each_event_over_before_the_next_is_made() -> None:
+    assert await lead_of_producer(buffer=0) <= 2
+
+
+async def test_a_consumer_that_leaves_frees_a_producer_blocked_on_a_full_buffer() -> None:
+    produced = 0
+
+    async def fn(request: ModelRequest, attempt: int) -> AsyncIterator[Any]:
+        nonlocal produced
+        for _ in range(1000):
+            produced += 1
+            yield TextDelta("x")
+        yield answer("x" * 1000)
+
+    agent = Agent(FnStreamProvider(fn))
+    async with agent.stream("go", buffer=4) as run:
+        async for event in run:
+            if event.kind == "text_delta":
+                break  # the producer is blocked on the full buffer, or about to be
+    assert run.result.termination_reason is TerminationReason.CANCELLED
+    assert produced < 1000
+
+
+async def test_iterating_after_the_block_is_refused() -> None:
+    agent = Agent(ScriptedProvider(["hi"]))
+    async with agent.stream("go") as run:
+        events = await consume(run)
+    assert events[-1].kind == "run_finished"
+    with pytest.raises(anyio.ClosedResourceError):
+        await run.__anext__()
+
+
+async def test_a_consumer_task_cancelled_while_it_waits_cancels_the_run() -> None:
+    started, cancelled, closed = anyio.Event(), anyio.Event(), []
+    agent = Agent(blocking_provider(started, cancelled, closed))
+    streams: list[RunStream] = []
+
+    async def reader() -> None:
+        async with agent.stream("hi") as run:
+            streams.append(run)
+            async for _ in run:
+                pass
+
+    task = asyncio.get_running_loop().create_task(reader())
+    with anyio.fail_after(5):
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await cancelled.wait()
+    assert closed == [True]
+    assert streams[0].result.termination_reason is TerminationReason.CANCELLED

@@ -149,7 +149,10 @@ DELTA_KINDS = (
 
 class Emitter:
     """Delivers a run's events: stamps lineage, calls the table, feeds the stream, and hands
-    a sub-agent's events up to its parent's emitter."""
+    a sub-agent's events up to its parent's emitter.
+
+    ``send`` (the stream's) returns ``None`` once it has taken the event, or an awaitable that
+    waits for room (backpressure), which the emitter awaits."""
 
     __slots__ = (
         "_everything",
@@ -167,7 +170,7 @@ class Emitter:
         *,
         path: tuple[str, ...],
         parent_call_id: str | None = None,
-        send: Callable[[Event], Awaitable[None]] | None = None,
+        send: Callable[[Event], Awaitable[None] | None] | None = None,
         parent: Emitter | None = None,
     ) -> None:
         self.table = table
@@ -179,8 +182,9 @@ class Emitter:
         self.wants_deltas = self._everything or any(k in table for k in DELTA_KINDS)
 
     @property
-    def send(self) -> Callable[[Event], Awaitable[None]] | None:
-        """Where events go besides the table (a stream's queue), if anywhere."""
+    def send(self) -> Callable[[Event], Awaitable[None] | None] | None:
+        """Where events go besides the table (a stream's queue), if anywhere: it returns
+        ``None`` once it took the event, or an awaitable that waits for room."""
         return self._send
 
     def wants(self, kind: str) -> bool:
@@ -191,7 +195,18 @@ class Emitter:
         """Stamp ``event`` with this agent's lineage and deliver it."""
         event.agent_path = self.path
         event.parent_call_id = self.parent_call_id
-        await self._deliver(event, local=True)
+        if self.table:
+            await self._deliver(event, local=True)
+            return
+        # Nothing but the stream (the common case of a consumer of ``agent.stream``): one
+        # coroutine per event, not two, and none at all for the stream while it has room.
+        send = self._send
+        if send is not None:
+            out = send(event)
+            if out is not None:
+                await out
+        if self.parent is not None:
+            await self.parent._deliver(event, local=False)
 
     async def _deliver(self, event: Event, *, local: bool) -> None:
         every = self.table.get("*")
@@ -207,7 +222,10 @@ class Emitter:
                     out = handler(event)
                     if out is not None:
                         await out
-        if self._send is not None:
-            await self._send(event)
+        send = self._send
+        if send is not None:
+            out = send(event)
+            if out is not None:
+                await out
         if self.parent is not None:
             await self.parent._deliver(event, local=False)

@@ -58,7 +58,7 @@ async def start_run(
     messages: Sequence[Message] | None = None,
     session: Session | None = None,
     deps: Any = None,
-    send: Callable[[Event], Awaitable[None]] | None = None,
+    send: Callable[[Event], Awaitable[None] | None] | None = None,
     parent: RunState | None = None,
     parent_call_id: str | None = None,
     before: Callable[[RunState], Awaitable[RunResult | None]] | None = None,

@@ -2,19 +2,159 @@
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, Generic
 
 import anyio
 from anyio.abc import TaskGroup
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ._result import OutputT, RunResult
 from .events import Event
 
 __all__ = ["RunStream"]
+
+_EMPTY: Any = object()
+
+
+class _Channel:
+    """The bounded buffer between a run (one producer) and its consumer (one reader).
+
+    ``anyio``'s memory object stream does more per item than a stream of deltas can afford: its
+    ``receive()`` passes a checkpoint (one more trip through the event loop) and makes an event
+    and a task record before it waits, and its ``send`` asks whether the waiting reader has a
+    cancellation pending. Here an item goes into a list; a side that must wait (the reader
+    on an empty buffer, the producer on a full one) waits on one future (an ``anyio.Event`` on
+    another backend), which the other side resolves. A reader waiting is woken by the next item
+    even when ``size`` is 0.
+    """
+
+    __slots__ = (
+        "_head",
+        "_items",
+        "_loop",
+        "_reader",
+        "_size",
+        "_writer",
+        "recv_closed",
+        "send_closed",
+    )
+
+    def __init__(self, size: int) -> None:
+        # The items from _head on (a list: an empty deque is a 64-slot block, 0.7 KB a stream).
+        self._items: list[Any] = []
+        self._head = 0
+        self._size = size
+        self._reader: Any = None  # what the reader waits on, set while it waits
+        self._writer: Any = None  # what the producer waits on, set while it waits
+        self.send_closed = False
+        self.recv_closed = False
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # another backend (trio)
+            self._loop = None
+
+    def _waiter(self) -> Any:
+        return self._loop.create_future() if self._loop is not None else anyio.Event()
+
+    @staticmethod
+    def _wake(waiter: Any) -> None:
+        if isinstance(waiter, asyncio.Future):
+            if not waiter.done():
+                waiter.set_result(None)
+        else:
+            waiter.set()
+
+    def send(self, item: Event) -> Awaitable[None] | None:
+        """Add ``item`` at once while the buffer has room (or the reader waits on an empty
+        one), else return an awaitable that waits for room (backpressure). Once the reader is
+        gone (a consumer that left is cancelling the run) the item is dropped."""
+        if self.recv_closed:
+            return None
+        reader = self._reader
+        if reader is not None:  # waiting on an empty buffer
+            self._reader = None
+            self._items.append(item)
+            self._wake(reader)
+            return None
+        if len(self._items) - self._head < self._size:
+            self._items.append(item)
+            return None
+        return self._put(item)
+
+    async def _put(self, item: Event) -> None:
+        """Wait for room in the full buffer, then add ``item``."""
+        while True:
+            waiter = self._writer = self._waiter()
+            try:
+                await (waiter if self._loop is not None else waiter.wait())
+            finally:
+                self._writer = None
+            if self.recv_closed:  # the consumer left and is cancelling the run: let it
+                await anyio.lowlevel.checkpoint()
+                return
+            if self._reader is not None or len(self._items) - self._head < self._size:
+                self.send(item)  # room now: taken at once
+                return
+
+    def take(self) -> Event:
+        """The next item, or ``_EMPTY``."""
+        items = self._items
+        head = self._head
+        if head == len(items):
+            return _EMPTY  # type: ignore[no-any-return]
+        item: Event = items[head]
+        items[head] = None
+        head += 1
+        if head == len(items):
+            items.clear()
+            head = 0
+        elif head >= 64 and 2 * head >= len(items):  # never emptied: drop the taken part
+            del items[:head]
+            head = 0
+        self._head = head
+        writer = self._writer
+        if writer is not None:  # waiting on a full buffer: there is room now
+            self._writer = None
+            self._wake(writer)
+        return item
+
+    async def get(self) -> Event:
+        """The next item, waiting for one; ``anyio.EndOfStream`` once the producer is done and
+        the buffer empty."""
+        while True:
+            if self.recv_closed:
+                raise anyio.ClosedResourceError
+            item = self.take()
+            if item is not _EMPTY:
+                return item
+            if self.send_closed:
+                raise anyio.EndOfStream
+            waiter = self._reader = self._waiter()
+            writer = self._writer
+            if writer is not None:  # a producer waits with an item (a buffer of 0): take it
+                self._writer = None
+                self._wake(writer)
+            try:
+                await (waiter if self._loop is not None else waiter.wait())
+            finally:
+                self._reader = None
+
+    def close_send(self) -> None:
+        self.send_closed = True
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            self._wake(reader)
+
+    def close_recv(self) -> None:
+        """The reader left: drop what is buffered and wake a producer waiting for room."""
+        self.recv_closed = True
+        self._items.clear()
+        self._head = 0
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            self._wake(writer)
 
 
 class RunStream(Generic[OutputT]):
@@ -47,9 +187,9 @@ class RunStream(Generic[OutputT]):
         self._error: BaseException | None = None
         self._error_raised = False
         self._tg: TaskGroup | None = None
+        self._task: asyncio.Task[None] | None = None
         self._scope = anyio.CancelScope()
-        self._send: MemoryObjectSendStream[Event] | None = None
-        self._recv: MemoryObjectReceiveStream[Event] | None = None
+        self._channel: _Channel | None = None
 
     @property
     def result(self) -> RunResult[OutputT]:
@@ -64,50 +204,49 @@ class RunStream(Generic[OutputT]):
         return self._result is not None
 
     async def __aenter__(self) -> RunStream[OutputT]:
-        self._send, self._recv = anyio.create_memory_object_stream[Event](self._buffer)
+        channel = self._channel = _Channel(self._buffer)
+        if channel._loop is not None:
+            # On asyncio the run is a plain task, awaited by __aexit__: a task group would add
+            # a cancel scope, a task record and a wrapper coroutine to every stream in flight.
+            # A consumer cancelled while it waits there cancels the task it awaits, as the
+            # group would.
+            self._task = channel._loop.create_task(self._produce())
+            return self
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         self._tg.start_soon(self._produce)
         return self
 
     async def _produce(self) -> None:
-        if self._send is None:  # pragma: no cover - started by __aenter__ only
+        channel = self._channel
+        if channel is None:  # pragma: no cover - started by __aenter__ only
             raise RuntimeError("the run stream was not entered")
         with self._scope:  # the run's own scope: cancelling it leaves the consumer running
-            async with self._send:
-                try:
-                    self._result = await self._execute(send=self._deliver)
-                except anyio.get_cancelled_exc_class() as exc:
-                    self._result = getattr(exc, "partial", None)
-                    raise
-                except Exception as exc:
-                    self._error = exc
-                    self._result = getattr(exc, "partial", None)
-
-    async def _deliver(self, event: Event) -> None:
-        if self._send is None:  # pragma: no cover - started by __aenter__ only
-            raise RuntimeError("the run stream was not entered")
-        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-            try:  # room in the buffer: no trip through the event loop per event
-                self._send.send_nowait(event)
-            except anyio.WouldBlock:
-                await self._send.send(event)  # full: wait for the consumer (backpressure)
-            # (a consumer that left is cancelling the run: the event is dropped)
+            try:
+                self._result = await self._execute(send=channel.send)
+            except anyio.get_cancelled_exc_class() as exc:
+                self._result = getattr(exc, "partial", None)
+                raise
+            except Exception as exc:
+                self._error = exc
+                self._result = getattr(exc, "partial", None)
+            finally:
+                channel.close_send()
 
     def __aiter__(self) -> RunStream[OutputT]:
-        if self._recv is None:
+        if self._channel is None:
             raise _not_entered()
         return self
 
     async def __anext__(self) -> Event:
-        recv = self._recv
-        if recv is None:
+        channel = self._channel
+        if channel is None:
             raise _not_entered()
+        item = channel.take()  # buffered: no trip through the event loop
+        if item is not _EMPTY:
+            return item
         try:
-            try:
-                return recv.receive_nowait()
-            except anyio.WouldBlock:
-                return await recv.receive()
+            return await channel.get()
         except anyio.EndOfStream:
             if self._error is not None and not self._error_raised:
                 self._error_raised = True
@@ -125,17 +264,20 @@ class RunStream(Generic[OutputT]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        if self._tg is None or self._recv is None:
+        if (self._tg is None and self._task is None) or self._channel is None:
             raise RuntimeError("RunStream.__aexit__ without __aenter__")
         if self._result is None or exc_type is not None:
-            self._recv.close()  # wakes a producer blocked on a full buffer
+            self._channel.close_recv()  # wakes a producer blocked on a full buffer
             self._scope.cancel()
         try:
-            # The block's own exception is not handed to the task group (which would wrap it
-            # in an ExceptionGroup): it propagates as itself once the run task is done.
-            await self._tg.__aexit__(None, None, None)
+            if self._task is not None:
+                await self._task
+            else:
+                # The block's own exception is not handed to the task group (which would wrap
+                # it in an ExceptionGroup): it propagates as itself once the run task is done.
+                await self._tg.__aexit__(None, None, None)  # type: ignore[union-attr]
         finally:
-            self._recv.close()
+            self._channel.close_recv()
         if exc_type is None and self._error is not None and not self._error_raised:
             self._error_raised = True
             raise self._error

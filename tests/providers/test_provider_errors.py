@@ -215,3 +215,19 @@ async def test_script_exhausted_is_a_bad_request(server: FakeLLMServer, make) ->
     error, _ = await fail(make(), streaming=True)
     assert type(error) is BadRequest
     assert "no scripted turn left" in error.message
+
+
+async def test_a_stream_longer_than_the_read_timeout_is_not_cut(
+    server: FakeLLMServer, make
+) -> None:
+    # The read timeout counts from the last bytes that arrived, not from the request: deltas
+    # 50 ms apart keep a 0.25 s timeout from firing over a stream of 0.6 s or more.
+    server.delta_delay = 0.05
+    server.add(reply("twelve chars" * 5))  # 12 deltas of 5 characters
+    response = await make(timeout=0.25).complete(request("go"))
+    assert response.text == "twelve chars" * 5
+    provider = make(timeout=0.25)
+    server.add(reply("twelve chars" * 5))
+    async with provider.stream(request("go")) as events:
+        items = [item async for item in events]
+    assert "".join(i.text for i in items if isinstance(i, TextDelta)) == "twelve chars" * 5

@@ -127,9 +127,12 @@ class WireResponse:
         headers: the response headers (case-insensitive, as ``aiohttp`` parsed them).
     """
 
-    __slots__ = ("_response", "_transport", "headers", "status_code")
+    __slots__ = ("_response", "_transport", "headers", "status_code", "waits")
 
     def __init__(self, response: aiohttp.ClientResponse, transport: AiohttpTransport) -> None:
+        self.waits = 0
+        """How many reads of :meth:`chunks` found nothing buffered and waited (gave the event
+        loop a turn): a reader that sees it change needs no pause of its own."""
         self.status_code = response.status
         self.headers: Mapping[str, str] = response.headers
         self._response = response
@@ -146,19 +149,31 @@ class WireResponse:
         """
         content = self._response.content
         try:
-            while chunk := await content.read(_READ_SIZE):
+            while True:
+                chunk = content.read_nowait(_READ_SIZE)
+                if not chunk:
+                    self.waits += 1
+                    chunk = await content.read(_READ_SIZE)
+                    if not chunk:
+                        return
                 yield chunk
         except _FAILURES as exc:
             raise _translate(exc) from exc
 
-    async def aiter_bytes(self) -> AsyncIterator[bytes]:
-        """The body, decoded, chunk by chunk as it arrives.
+    def aiter_bytes(self) -> AsyncIterator[bytes]:
+        """The body, decoded, chunk by chunk as it arrives (a body without a
+        ``Content-Encoding`` is :meth:`chunks` itself: no generator in between, per chunk).
 
         Raises:
             httpx2.DecodingError: a gzip or deflate body that does not decode, or more content
                 codings than :data:`~fanloop.providers._wire.MAX_CONTENT_CODINGS`.
             httpx2.TransportError: the connection failed.
         """
+        if "content-encoding" not in self.headers:
+            return self.chunks()
+        return self._decoded()
+
+    async def _decoded(self) -> AsyncIterator[bytes]:
         try:
             codings = content_codings(self.headers.getall("content-encoding", ()))  # type: ignore[attr-defined]
         except ResponseTooLarge as exc:  # as httpx2 refuses too many: a DecodingError

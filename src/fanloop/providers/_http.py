@@ -990,6 +990,7 @@ class ProviderStream:
         chunks = response.aiter_bytes()
         clock = time.monotonic
         turn_ends = clock() + _FAIR_SHARE
+        waits = getattr(response, "waits", None)
         with mapped_errors(
             name,
             request_id,
@@ -1015,7 +1016,11 @@ class ProviderStream:
                     if parser.done:
                         break
                     if clock() > turn_ends:
-                        await anyio.lowlevel.checkpoint()
+                        # No pause unless the reads never waited since (WireResponse.waits):
+                        # the deltas of a paced stream would each pay a trip through the loop.
+                        if (seen := getattr(response, "waits", None)) is None or seen == waits:
+                            await anyio.lowlevel.checkpoint()
+                        waits = seen
                         turn_ends = clock() + _FAIR_SHARE
                 if parser.done:
                     break

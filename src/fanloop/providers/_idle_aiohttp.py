@@ -77,6 +77,7 @@ class _Protocol(ResponseHandler):
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(loop)
+        self._read_due = 0.0  # the read timeout's moment (see _reschedule_timeout)
         self._state = _IDLE
         self._pooled = False  # back in the pool since its last request
         self._stray = False  # bytes arrived before a request was sent: it never will be
@@ -90,6 +91,28 @@ class _Protocol(ResponseHandler):
         self._state = _SENDING
         self._pooled = False
         super().set_response_params(*args, **kwargs)
+
+    def _reschedule_timeout(self) -> None:
+        # aiohttp's own cancels the read timer and schedules a new one on every chunk that
+        # arrives (a timer handle and a heap push per streamed delta). Here the chunk only
+        # moves the moment the timeout is due; the timer armed earlier, when it fires, arms
+        # itself again for what is left, and times out only once nothing arrived for
+        # ``sock_read`` seconds.
+        timeout = self._read_timeout
+        if not timeout:
+            self._drop_timeout()
+            return
+        loop = self._loop
+        self._read_due = loop.time() + timeout
+        if self._read_timeout_handle is None:
+            self._read_timeout_handle = loop.call_at(self._read_due, self._read_timer)
+
+    def _read_timer(self) -> None:
+        self._read_timeout_handle = None
+        if self._loop.time() < self._read_due:
+            self._read_timeout_handle = self._loop.call_at(self._read_due, self._read_timer)
+        else:
+            self._on_read_timeout()
 
     def writing(self) -> None:
         """A write is about to go out; the first of a request is refused if bytes arrived
