@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import gc
 import inspect
@@ -50,6 +49,8 @@ from .messages import INVALID_ARGUMENTS_KEY, ToolCallPart, ToolResultPart, _buil
 from .tools.base import FunctionTool, Tool, ToolResult, _current, to_result
 
 if TYPE_CHECKING:
+    import asyncio
+
     from ._run import RunState
 
 __all__ = ["DECLINED", "LimiterPool", "run_batch"]
@@ -110,6 +111,8 @@ class LimiterPool:
     def get(self, name: str, total: int) -> anyio.CapacityLimiter:
         if name.startswith("key:"):
             return _KEYED.limiter(name[4:], total)
+        import asyncio  # not at import: `import fanloop` stays light (docs/performance.md)
+
         loop = id(asyncio.get_running_loop())
         limiters = self._by_loop.get(loop)
         if limiters is None:
@@ -168,6 +171,8 @@ class _KeyRegistry:
             entry.owners.add(pool)
 
     def limiter(self, key: str, total: int) -> anyio.CapacityLimiter:
+        import asyncio
+
         loop = asyncio.get_running_loop()
         with self._lock:
             entry = self._keys.get(key)

@@ -107,7 +107,7 @@ class RunResult(BaseModel, Generic[OutputT]):
             ``agent.resume(session, approvals={call_id: True | False | "reason"})``.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     if TYPE_CHECKING:
         output: OutputT
     else:  # any value at run time: serialised as what it is, whatever the agent's type
