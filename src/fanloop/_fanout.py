@@ -375,11 +375,11 @@ async def _run_dangerous(run: RunState, item: _Call, results: list[ToolResultPar
 async def _preview(item: _Call) -> str:
     """The call's preview for the gate, made in a worker thread the run can leave (a preview
     may read and diff files the model named)."""
+    from anyio import to_thread
+
     tool = item.tool
     try:
-        return await anyio.to_thread.run_sync(
-            lambda: tool.preview(**item.kwargs), abandon_on_cancel=True
-        )
+        return await to_thread.run_sync(lambda: tool.preview(**item.kwargs), abandon_on_cancel=True)
     except Exception as exc:
         logger.warning("tool_preview_failed", tool=item.call.name, error=repr(exc))
         return clip(Tool.preview(tool, **item.kwargs), MAX_ERROR_CHARS)
@@ -544,7 +544,9 @@ async def _execute(
     if len(content) <= WINDOW:
         content = scrub(content)
     else:
-        content = await anyio.to_thread.run_sync(scrub, content)
+        from anyio import to_thread
+
+        content = await to_thread.run_sync(scrub, content)
     part = _build(
         ToolResultPart,
         {
@@ -563,8 +565,10 @@ async def _execute(
 async def _invoke(run: RunState, tool: Tool, kwargs: dict[str, Any]) -> Any:
     if run.agent.tool_is_async(tool):
         return await tool.run(**kwargs)
+    from anyio import to_thread
+
     limiter = run.agent.limiters.get("__threads__", run.agent.limiters.threads)
-    value = await anyio.to_thread.run_sync(
+    value = await to_thread.run_sync(
         lambda: tool.run(**kwargs), limiter=limiter, abandon_on_cancel=True
     )
     if inspect.isawaitable(value):

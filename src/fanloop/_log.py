@@ -20,6 +20,7 @@ import logging
 import sys
 from collections.abc import Mapping
 from contextvars import ContextVar
+from types import MappingProxyType
 from typing import Any
 
 # fanloop never imports structlog itself: an application that uses it has imported it (to
@@ -39,7 +40,9 @@ _LEVELS = {
 }
 
 
-_BOUND: ContextVar[dict[str, Any]] = ContextVar("fanloop_log_context", default={})
+_BOUND: ContextVar[Mapping[str, Any]] = ContextVar(
+    "fanloop_log_context", default=MappingProxyType({})
+)
 _OWN = "fanloop._log"  # the key of a token of ``_BOUND`` among bind()'s tokens
 
 

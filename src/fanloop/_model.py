@@ -202,11 +202,12 @@ _NOT_OUTPUT = frozenset({"pacing_wait", "pacing_unavailable", "pacing_capped", "
 
 
 def _asyncio_loop() -> asyncio.AbstractEventLoop | None:
-    asyncio = sys.modules.get("asyncio")  # not imported: no asyncio loop runs (trio)
-    if asyncio is None:
+    module = sys.modules.get("asyncio")  # not imported: no asyncio loop runs (trio)
+    if module is None:
         return None
     try:
-        return asyncio.get_running_loop()
+        loop: asyncio.AbstractEventLoop = module.get_running_loop()
+        return loop
     except RuntimeError:  # another backend (trio): no idle timer
         return None
 
@@ -285,7 +286,9 @@ def make_invoker(provider: Any, idle_timeout: float | None = None) -> Invoker:
         if is_async:
             response = await complete(request)
         else:
-            response = await anyio.to_thread.run_sync(complete, request)
+            from anyio import to_thread
+
+            response = await to_thread.run_sync(complete, request)
             if inspect.isawaitable(response):
                 response = await response
         if emit is None:

@@ -16,7 +16,6 @@ gives a JSON-ready form.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import reprlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
@@ -100,9 +99,14 @@ class _Event:
         return out
 
 
-@functools.cache
+_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def _names(cls: type[_Event]) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(cls))
+    names = _NAMES.get(cls)
+    if names is None:
+        names = _NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
 
 
 def _jsonable(value: Any) -> Any:
