@@ -16,12 +16,15 @@ imported structlog they are kept in fanloop's own context variable instead.
 
 from __future__ import annotations
 
-import logging
+import functools
 import sys
 from collections.abc import Mapping
 from contextvars import ContextVar
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import logging
 
 # fanloop never imports structlog itself: an application that uses it has imported it (to
 # configure it) before its first run; one that has not cannot have configured it, and does not
@@ -30,14 +33,15 @@ from typing import Any
 
 __all__ = ["bind", "logger", "unbind"]
 
-_std = logging.getLogger("fanloop")
-_LEVELS = {
-    "debug": logging.DEBUG,
-    "info": logging.INFO,
-    "warning": logging.WARNING,
-    "error": logging.ERROR,
-    "exception": logging.ERROR,
-}
+# logging's own values (DEBUG, INFO...): ``logging`` is imported by the first log line
+_LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "exception": 40}
+
+
+@functools.cache
+def _stdlib() -> logging.Logger:
+    import logging
+
+    return logging.getLogger("fanloop")
 
 
 _BOUND: ContextVar[Mapping[str, Any]] = ContextVar(
@@ -59,7 +63,8 @@ class _Logger:
             getattr(structlog.get_logger("fanloop"), level)(event, **{**bound, **kw})
             return
         lvl = _LEVELS[level]
-        if not _std.isEnabledFor(lvl):
+        std = _stdlib()
+        if not std.isEnabledFor(lvl):
             return
         if structlog is not None:
             from structlog.contextvars import get_contextvars
@@ -67,7 +72,7 @@ class _Logger:
             bound = {**bound, **get_contextvars()}
         fields = {**bound, **kw}
         text = " ".join([event, *(f"{k}={v!r}" for k, v in fields.items())])
-        _std.log(lvl, text, exc_info=exc_info)
+        std.log(lvl, text, exc_info=exc_info)
 
     def debug(self, event: str, **kw: Any) -> None:
         self._log("debug", event, kw)
