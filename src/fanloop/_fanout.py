@@ -19,7 +19,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import gc
 import inspect
@@ -51,6 +50,8 @@ from .messages import INVALID_ARGUMENTS_KEY, ToolCallPart, ToolResultPart, _buil
 from .tools.base import FunctionTool, Tool, ToolResult, _current, to_result
 
 if TYPE_CHECKING:
+    import asyncio
+
     from ._run import RunState
 
 __all__ = ["DECLINED", "LimiterPool", "run_batch"]
@@ -111,6 +112,8 @@ class LimiterPool:
     def get(self, name: str, total: int) -> anyio.CapacityLimiter:
         if name.startswith("key:"):
             return _KEYED.limiter(name[4:], total)
+        import asyncio  # not at import: `import fanloop` stays light (docs/performance.md)
+
         loop = id(asyncio.get_running_loop())
         limiters = self._by_loop.get(loop)
         if limiters is None:
@@ -169,6 +172,8 @@ class _KeyRegistry:
             entry.owners.add(pool)
 
     def limiter(self, key: str, total: int) -> anyio.CapacityLimiter:
+        import asyncio
+
         loop = asyncio.get_running_loop()
         with self._lock:
             entry = self._keys.get(key)
@@ -373,11 +378,11 @@ async def _run_dangerous(run: RunState, item: _Call, results: list[ToolResultPar
 async def _preview(item: _Call) -> str:
     """The call's preview for the gate, made in a worker thread the run can leave (a preview
     may read and diff files the model named)."""
+    from anyio import to_thread
+
     tool = item.tool
     try:
-        return await anyio.to_thread.run_sync(
-            lambda: tool.preview(**item.kwargs), abandon_on_cancel=True
-        )
+        return await to_thread.run_sync(lambda: tool.preview(**item.kwargs), abandon_on_cancel=True)
     except Exception as exc:
         logger.warning("tool_preview_failed", tool=item.call.name, error=repr(exc))
         return clip(Tool.preview(tool, **item.kwargs), MAX_ERROR_CHARS)
@@ -542,7 +547,9 @@ async def _execute(
     if len(content) <= WINDOW:
         content = scrub(content)
     else:
-        content = await anyio.to_thread.run_sync(scrub, content)
+        from anyio import to_thread
+
+        content = await to_thread.run_sync(scrub, content)
     part = _build(
         ToolResultPart,
         {
@@ -561,8 +568,10 @@ async def _execute(
 async def _invoke(run: RunState, tool: Tool, kwargs: dict[str, Any]) -> Any:
     if run.agent.tool_is_async(tool):
         return await tool.run(**kwargs)
+    from anyio import to_thread
+
     limiter = run.agent.limiters.get("__threads__", run.agent.limiters.threads)
-    value = await anyio.to_thread.run_sync(
+    value = await to_thread.run_sync(
         lambda: tool.run(**kwargs), limiter=limiter, abandon_on_cancel=True
     )
     if inspect.isawaitable(value):

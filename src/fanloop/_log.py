@@ -10,48 +10,69 @@ with its traceback) on stderr, nothing else, and never anything on stdout.
 
 Event names are fixed snake_case strings; values are key-value pairs. ``run_id``,
 ``agent_path``, ``turn`` and ``tool_call_id`` are bound through structlog's contextvars by the
-loop (see :func:`bind`), so every line of a run carries them.
+loop (see :func:`bind`), so every line of a run carries them; in a process that has not
+imported structlog they are kept in fanloop's own context variable instead.
 """
 
 from __future__ import annotations
 
-import logging
+import functools
 import sys
 from collections.abc import Mapping
-from typing import Any
+from contextvars import ContextVar
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
-# structlog is imported on first use (the first run or log line), not by ``import fanloop``.
+if TYPE_CHECKING:
+    import logging
+
+# fanloop never imports structlog itself: an application that uses it has imported it (to
+# configure it) before its first run; one that has not cannot have configured it, and does not
+# pay for the import (tens of ms with rich installed: structlog's dev console loads it). Until
+# then a run's bound context lives in ``_BOUND``; lines to structlog carry it too.
 
 __all__ = ["bind", "logger", "unbind"]
 
-_std = logging.getLogger("fanloop")
-_LEVELS = {
-    "debug": logging.DEBUG,
-    "info": logging.INFO,
-    "warning": logging.WARNING,
-    "error": logging.ERROR,
-    "exception": logging.ERROR,
-}
+# logging's own values (DEBUG, INFO...): ``logging`` is imported by the first log line
+_LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "exception": 40}
+
+
+@functools.cache
+def _stdlib() -> logging.Logger:
+    import logging
+
+    return logging.getLogger("fanloop")
+
+
+_BOUND: ContextVar[Mapping[str, Any]] = ContextVar(
+    "fanloop_log_context", default=MappingProxyType({})
+)
+_OWN = "fanloop._log"  # the key of a token of ``_BOUND`` among bind()'s tokens
 
 
 class _Logger:
     __slots__ = ()
 
     def _log(self, level: str, event: str, kw: dict[str, Any]) -> None:
-        import structlog
-
+        structlog = sys.modules.get("structlog")
+        bound = _BOUND.get()
         exc_info = bool(kw.pop("exc_info", False)) or level == "exception"
-        if _structlog_wanted():
+        if structlog is not None and _structlog_wanted():
             if exc_info and level != "exception":
                 kw["exc_info"] = True
-            getattr(structlog.get_logger("fanloop"), level)(event, **kw)
+            getattr(structlog.get_logger("fanloop"), level)(event, **{**bound, **kw})
             return
         lvl = _LEVELS[level]
-        if not _std.isEnabledFor(lvl):
+        std = _stdlib()
+        if not std.isEnabledFor(lvl):
             return
-        fields = {**structlog.contextvars.get_contextvars(), **kw}
+        if structlog is not None:
+            from structlog.contextvars import get_contextvars
+
+            bound = {**bound, **get_contextvars()}
+        fields = {**bound, **kw}
         text = " ".join([event, *(f"{k}={v!r}" for k, v in fields.items())])
-        _std.log(lvl, text, exc_info=exc_info)
+        std.log(lvl, text, exc_info=exc_info)
 
     def debug(self, event: str, **kw: Any) -> None:
         self._log("debug", event, kw)
@@ -99,6 +120,8 @@ def bind(**kw: Any) -> Mapping[str, Any]:
 
     Returns the tokens to hand to :func:`unbind`, which restores what was bound before.
     """
+    if "structlog" not in sys.modules:
+        return {_OWN: _BOUND.set({**_BOUND.get(), **kw})}
     from structlog.contextvars import bind_contextvars
 
     return bind_contextvars(**kw)
@@ -106,6 +129,10 @@ def bind(**kw: Any) -> Mapping[str, Any]:
 
 def unbind(tokens: Mapping[str, Any]) -> None:
     """Restore the context :func:`bind` replaced."""
+    own = tokens.get(_OWN)
+    if own is not None:
+        _BOUND.reset(own)
+        return
     from structlog.contextvars import reset_contextvars
 
     reset_contextvars(**tokens)

@@ -3,9 +3,9 @@ built on it is :mod:`fanloop._turn`)."""
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import math
+import sys
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -33,6 +33,8 @@ from .events import (
 from .messages import TextPart, ThinkingPart, ToolCallPart
 
 if TYPE_CHECKING:
+    import asyncio  # imported when a run needs it: `import fanloop` does not
+
     from ._run import RunState
 
 __all__ = [
@@ -109,7 +111,11 @@ class IdleWatch:
     def __init__(
         self, idle: float, scope: anyio.CancelScope, loop: asyncio.AbstractEventLoop | None = None
     ) -> None:
-        self._loop = loop if loop is not None else asyncio.get_running_loop()
+        if loop is None:
+            import asyncio
+
+            loop = asyncio.get_running_loop()
+        self._loop = loop
         self.idle = idle
         self.scope = scope
         self.busy = False
@@ -196,8 +202,12 @@ _NOT_OUTPUT = frozenset({"pacing_wait", "pacing_unavailable", "pacing_capped", "
 
 
 def _asyncio_loop() -> asyncio.AbstractEventLoop | None:
+    module = sys.modules.get("asyncio")  # not imported: no asyncio loop runs (trio)
+    if module is None:
+        return None
     try:
-        return asyncio.get_running_loop()
+        loop: asyncio.AbstractEventLoop = module.get_running_loop()
+        return loop
     except RuntimeError:  # another backend (trio): no idle timer
         return None
 
@@ -276,7 +286,9 @@ def make_invoker(provider: Any, idle_timeout: float | None = None) -> Invoker:
         if is_async:
             response = await complete(request)
         else:
-            response = await anyio.to_thread.run_sync(complete, request)
+            from anyio import to_thread
+
+            response = await to_thread.run_sync(complete, request)
             if inspect.isawaitable(response):
                 response = await response
         if emit is None:

@@ -50,7 +50,7 @@ class Usage(BaseModel):
     reports before it gets here (:class:`~fanloop.errors.ResponseInvalid` otherwise).
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     input_tokens: int = Field(default=0, ge=0)
     output_tokens: int = Field(default=0, ge=0)
     cache_read_tokens: int = Field(default=0, ge=0)
@@ -83,7 +83,7 @@ class Usage(BaseModel):
 class ToolSpec(BaseModel):
     """A tool as the model sees it: name, description and JSON schema of its arguments."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     name: str
     description: str = ""
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
@@ -96,7 +96,7 @@ class HostedTool(BaseModel):
     kinds); ``Agent`` rejects hosted tools the provider does not support.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     kind: str
     options: dict[str, Any] = Field(default_factory=dict)
 
@@ -121,7 +121,7 @@ class OutputFormat(BaseModel):
             ``False`` never asks.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     name: str = "output"
     json_schema: dict[str, Any]
     strict: bool | None = None
@@ -136,7 +136,7 @@ class ModelRequest(BaseModel):
     rest (:class:`~fanloop.ModelSettings`), and ``output`` the schema of a native typed answer.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     system: str | None = None
     messages: tuple[Message, ...] = ()
     tools: tuple[ToolSpec, ...] = ()
@@ -158,7 +158,7 @@ class ModelResponse(BaseModel):
     ``MAX_TOKENS``. ``stop_details`` carries provider detail such as a refusal's ``category``.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     content: tuple[Part, ...] = ()
     stop_reason: StopReason = StopReason.END_TURN
     usage: Usage = Field(default_factory=Usage)

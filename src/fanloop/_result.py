@@ -104,7 +104,7 @@ class GuardrailTrip(BaseModel):
             its ``str()``).
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     name: str
     kind: Literal["input", "output"]
     message: str | None = None
@@ -138,7 +138,7 @@ class RunResult(BaseModel, Generic[OutputT]):
             on, or the last one a handoff gave it to (docs/handoffs.md).
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     if TYPE_CHECKING:
         output: OutputT
     else:  # any value at run time: serialised as what it is, whatever the agent's type

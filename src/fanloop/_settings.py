@@ -97,7 +97,7 @@ class ModelSettings(BaseModel):
             ceiling from the model table). The loop's own: never sent to the provider.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     temperature: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     top_p: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
@@ -163,7 +163,7 @@ class ModelSettings(BaseModel):
         return None if choice is None or choice in _CHOICES else choice
 
 
-NO_SETTINGS = ModelSettings()
+NO_SETTINGS = ModelSettings.model_construct()  # all defaults; validating would build the model
 """Settings that set nothing: the agent's when it is given none (frozen, so shared)."""
 
 

@@ -24,8 +24,6 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-import anyio.to_thread
-
 __all__ = [
     "INLINE",
     "REPLACEMENT",
@@ -315,7 +313,9 @@ def weight(value: Any, limit: int, *, to_check: bool = False) -> int:
 async def off_loop(heavy: bool, fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)``: in a worker thread when ``heavy``, else here (on the event loop)."""
     if heavy:
-        return await anyio.to_thread.run_sync(fn, *args)
+        from anyio import to_thread  # imported by the first call, not by `import fanloop`
+
+        return await to_thread.run_sync(fn, *args)
     return fn(*args)
 
 

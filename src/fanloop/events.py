@@ -16,6 +16,7 @@ gives a JSON-ready form.
 from __future__ import annotations
 
 import dataclasses
+import reprlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
 
@@ -74,9 +75,23 @@ group's cooldown after a rate limit (see :mod:`fanloop.pacing`)."""
 
 @dataclass(slots=True, kw_only=True)
 class _Event:
+    # The event classes inherit ``__eq__`` and ``__repr__`` from here rather than have the
+    # dataclass machinery compile a pair for each of them: that was a third of the cost of
+    # ``import fanloop.events``. They behave as the generated ones.
     kind: ClassVar[str]
     agent_path: tuple[str, ...] = ()
     parent_call_id: str | None = None
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        names = _names(type(self))
+        return tuple(getattr(self, n) for n in names) == tuple(getattr(other, n) for n in names)
+
+    @reprlib.recursive_repr()
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{n}={getattr(self, n)!r}" for n in _names(type(self)))
+        return f"{type(self).__qualname__}({shown})"
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of this event (pydantic models are dumped in JSON mode)."""
@@ -84,6 +99,16 @@ class _Event:
         for f in dataclasses.fields(self):
             out[f.name] = _jsonable(getattr(self, f.name))
         return out
+
+
+_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _names(cls: type[_Event]) -> tuple[str, ...]:
+    names = _NAMES.get(cls)
+    if names is None:
+        names = _NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
 
 
 def _jsonable(value: Any) -> Any:
@@ -101,7 +126,7 @@ def _jsonable(value: Any) -> Any:
 # -- deltas: what a streaming provider yields, re-emitted by the loop ------------------------
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class TextDelta(_Event):
     """A chunk of the answer's text, as it arrives."""
 
@@ -109,7 +134,7 @@ class TextDelta(_Event):
     text: str
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class ThinkingDelta(_Event):
     """A chunk of the model's reasoning; ``signature`` set when the provider sends one."""
 
@@ -118,7 +143,7 @@ class ThinkingDelta(_Event):
     signature: str | None = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class ToolCallStarted(_Event):
     """A tool call began streaming; its arguments follow as :class:`ToolCallDelta`."""
 
@@ -128,7 +153,7 @@ class ToolCallStarted(_Event):
     index: int = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class ToolCallDelta(_Event):
     """A fragment of a streaming tool call's JSON arguments."""
 
@@ -138,7 +163,7 @@ class ToolCallDelta(_Event):
     index: int = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class CitationAdded(_Event):
     """The model cited a source for the text it is writing.
 
@@ -158,7 +183,7 @@ MAX_PROGRESS_CHARS = 4096
 """The longest string in a :class:`HostedToolProgress` ``detail`` (longer ones are cut)."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class HostedToolProgress(_Event):
     """A tool the provider runs on its side (web search, file search, code interpreter,
     MCP, image generation, Anthropic's server tools) moved on.
@@ -185,7 +210,7 @@ StreamDelta: TypeAlias = (
 )
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class OutputPartial(_Event):
     """A typed answer as it streams: ``value`` is the partially parsed JSON value so far
     (a dict for an object output), sent whenever it grows. The validated value is
@@ -198,7 +223,7 @@ class OutputPartial(_Event):
 # -- the run ----------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class RunStarted(_Event):
     """A run began.
 
@@ -217,7 +242,7 @@ class RunStarted(_Event):
     trace_context: dict[str, str] | None = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class RunFinished(_Event):
     """A run ended; ``result.termination_reason`` says how."""
 
@@ -226,7 +251,7 @@ class RunFinished(_Event):
     error: BaseException | None = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class RequestStarted(_Event):
     """A model request is about to be sent (``attempt`` counts from 1).
 
@@ -242,7 +267,7 @@ class RequestStarted(_Event):
     step: int = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class ResponseCompleted(_Event):
     """A model response arrived whole."""
 
@@ -252,7 +277,7 @@ class ResponseCompleted(_Event):
     step: int = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class RetryScheduled(_Event):
     """A model call failed and will be retried after ``delay`` seconds.
 
@@ -268,7 +293,7 @@ class RetryScheduled(_Event):
     step: int = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class ModelFailed(_Event):
     """A model call failed for good, after ``attempts`` attempts."""
 
@@ -278,7 +303,7 @@ class ModelFailed(_Event):
     step: int = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class ProviderFallback(_Event):
     """A :class:`~fanloop.providers.FallbackProvider` gave up on ``from_provider`` after
     ``error`` (once its retries were spent, or at once when the error is not transient) and
@@ -293,7 +318,7 @@ class ProviderFallback(_Event):
     discard_partial: bool = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class UsageUpdated(_Event):
     """Token usage after a model call: this turn's, the run's total, seconds since start."""
 
@@ -303,7 +328,7 @@ class UsageUpdated(_Event):
     elapsed: float
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class ContextUsage(_Event):
     """How much of the model's context window the conversation fills (``limit`` 0: unknown)."""
 
@@ -312,7 +337,7 @@ class ContextUsage(_Event):
     limit: int
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class ContextCritical(_Event):
     """The conversation crossed the share of the context window (``threshold``) past which
     older history is compacted; sent before the compaction starts."""
@@ -323,7 +348,7 @@ class ContextCritical(_Event):
     threshold: float
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class TurnCompleted(_Event):
     """A round of the loop ended: the model answered and its tool calls (``tool_calls`` of
     them) have their results in the transcript."""
@@ -334,7 +359,7 @@ class TurnCompleted(_Event):
     elapsed: float
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class CompactionStarted(_Event):
     """Older history is about to be compacted into a summary."""
 
@@ -342,7 +367,7 @@ class CompactionStarted(_Event):
     message_count: int
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class CompactionFinished(_Event):
     """History was compacted from ``before_count`` to ``after_count`` messages."""
 
@@ -351,7 +376,7 @@ class CompactionFinished(_Event):
     after_count: int
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class BudgetWarning(_Event):
     """A limit is close: ``used`` of ``limit`` has been spent (at the ``warn_at`` share)."""
 
@@ -361,7 +386,7 @@ class BudgetWarning(_Event):
     limit: float
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class StallDetected(_Event):
     """The same tool was called with the same arguments ``count`` times in a row."""
 
@@ -370,7 +395,7 @@ class StallDetected(_Event):
     count: int
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class PacingWait(_Event):
     """A paced model call waited ``seconds`` before it was sent (see :mod:`fanloop.pacing`).
 
@@ -384,7 +409,7 @@ class PacingWait(_Event):
     key: str = ""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class PacingUnavailable(_Event):
     """The shared pacing backend (Redis) could not be reached for a model call.
 
@@ -398,7 +423,7 @@ class PacingUnavailable(_Event):
     fail_open: bool
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class PacingCapped(_Event):
     """A value read back from the shared pacing state (Redis) was out of bounds, and was capped
     or ignored (see :class:`~fanloop.pacing.RedisPacing`).
@@ -416,7 +441,7 @@ class PacingCapped(_Event):
 # -- guardrails -------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class GuardrailTripped(_Event):
     """A guardrail tripped: the run ends with ``guardrail_tripped`` (docs/guardrails.md)."""
 
@@ -427,7 +452,7 @@ class GuardrailTripped(_Event):
 # -- tools ------------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class ApprovalRequested(_Event):
     """A dangerous call waits at the confirmation gate; ``preview`` is what the user sees."""
 
@@ -436,7 +461,7 @@ class ApprovalRequested(_Event):
     preview: str
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class ApprovalResolved(_Event):
     """The gate answered; ``reason`` is what the model is told when declined."""
 
@@ -446,7 +471,7 @@ class ApprovalResolved(_Event):
     reason: str | None = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class ToolStarted(_Event):
     """A tool call is being handled (also sent for unknown tools and invalid arguments)."""
 
@@ -454,7 +479,7 @@ class ToolStarted(_Event):
     call: ToolCallPart
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class ToolFinished(_Event):
     """A tool call produced its result (possibly an error result) after ``duration`` s."""
 
@@ -464,7 +489,7 @@ class ToolFinished(_Event):
     duration: float = 0.0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class HandoffOccurred(_Event):
     """The model took a handoff: from here on ``to_agent`` answers (docs/handoffs.md).
 
@@ -478,7 +503,7 @@ class HandoffOccurred(_Event):
     call_id: str
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class MessageAppended(_Event):
     """A message joined the conversation at position ``index`` (and was persisted)."""
 

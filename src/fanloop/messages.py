@@ -55,7 +55,9 @@ INVALID_ARGUMENTS_KEY = "__fanloop_invalid_json__"
 ``ToolCallPart.arguments`` to ``{INVALID_ARGUMENTS_KEY: raw_text}``; the fan-out answers such a
 call with an error result that quotes the text, so the model can correct itself."""
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
+# defer_build: a model's validator is built when it first validates or dumps, not by
+# ``import fanloop`` (the hot paths make parts with ``_build``, which needs none).
+_FROZEN = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -220,7 +222,9 @@ ImageMediaType: TypeAlias = Literal["image/png", "image/jpeg", "image/gif", "ima
 IMAGE_MEDIA_TYPES: tuple[str, ...] = ("image/png", "image/jpeg", "image/gif", "image/webp")
 """The image types both providers accept."""
 
-_MEDIA = ConfigDict(frozen=True, extra="forbid", ser_json_bytes="base64", val_json_bytes="base64")
+_MEDIA = ConfigDict(
+    frozen=True, extra="forbid", ser_json_bytes="base64", val_json_bytes="base64", defer_build=True
+)
 _SIGNATURES: tuple[tuple[bytes, str], ...] = (
     (b"\x89PNG", "image/png"),
     (b"\xff\xd8\xff", "image/jpeg"),
@@ -497,7 +501,7 @@ class Origin(BaseModel):
     with a matching ``provider`` and ``api``, send ``raw`` instead of translating the parts.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     provider: str
     api: str
     model: str

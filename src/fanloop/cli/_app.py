@@ -8,7 +8,6 @@ then runs it inside a cancel scope that Ctrl-C (or a closed stdout) can cancel.
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 import shlex
 import signal
@@ -185,6 +184,8 @@ def _check_vendor(vendor: str, where: str) -> None:
     known = [*VENDORS, "azure"]
     if vendor.strip().lower() in known:
         return
+    import difflib  # only for a misspelt name
+
     close = difflib.get_close_matches(vendor.lower(), known, n=1, cutoff=0.6)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     raise CommandError(

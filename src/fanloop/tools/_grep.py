@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import regex
-
 from ..errors import ToolError
 from ._blocking import Stop, run_blocking
 from ._filebase import _SKIP_DIRS, _SNIFF, _check_pattern, _FileTool, _is_binary, _read_failure
@@ -133,6 +131,8 @@ def _compile(pattern: str, ignore_case: bool) -> _Regex:
             "The pattern repeats too much: its counted repeats ({m,n}) multiply to more than "
             f"{_MAX_EXPANSION:,} items. Use smaller counts, or + and *."
         )
+    import regex  # here, not at import: tens of ms of every start that never greps
+
     flags = regex.V0 | (regex.IGNORECASE if ignore_case else 0)
     try:
         line = regex.compile(pattern, flags)

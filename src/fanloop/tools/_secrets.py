@@ -26,12 +26,15 @@ the text; values longer than :data:`MAX_SCAN` characters are masked whole, unche
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, NamedTuple
 
-import regex
+if TYPE_CHECKING:
+    import regex
 
 __all__ = [
     "MASK",
@@ -52,11 +55,12 @@ MAX_SCAN = 65_536
 
 _TIMEOUT = 2.0  # seconds: a safety net, the patterns are linear
 
-_SENSITIVE_NAME = regex.compile(
+# The patterns are compiled on first use (:func:`_compiled`): compiling them all, with the
+# ``regex`` module's import, is tens of ms that a process which never scrubs need not pay.
+_SENSITIVE_NAME = (
     r"KEY|TOKEN|SECRET|PASSW|PASSPHRASE|CRED|PRIVATE|AUTH(?!OR)|COOKIE|SESSION|SIGNATURE"
     r"|BEARER|JWT|WEBHOOK|MNEMONIC|DSN|SALT"
-    r"|(?:^|_)(?:PASS|PWD|PW|PIN|OTP|TOTP|PAT|CONN(?:ECTION)?_?STR(?:ING)?|DATABASE_URL)(?:_|$)",
-    regex.IGNORECASE,
+    r"|(?:^|_)(?:PASS|PWD|PW|PIN|OTP|TOTP|PAT|CONN(?:ECTION)?_?STR(?:ING)?|DATABASE_URL)(?:_|$)"
 )
 _NOT_SENSITIVE = frozenset(
     {
@@ -74,7 +78,7 @@ _NOT_SENSITIVE = frozenset(
 )
 
 # A value that *starts* with one of these is a credential whatever its length.
-_SECRET_START = regex.compile(
+_SECRET_START = (
     r"\s*(?:sk-|sk_live_|sk_test_|rk_live_|rk_test_|whsec_|ghp_|gho_|ghs_|ghu_|ghr_|github_pat_"
     r"|glpat-|xox[abposr]-|xapp-|npm_|pypi-|hf_|AIza|ya29\.|GOCSPX-|(?:AKIA|ASIA)[A-Z0-9]{12}"
     r"|eyJ[A-Za-z0-9_-]{10,}\.)"
@@ -118,7 +122,7 @@ _FIELD = (  # the name of a key-like field inside a value: a whole run of name c
 )
 _QUOTED = r'"(?:[^"\\\n]|\\.){1,8192}"|\'[^\'\n]{1,8192}\''
 _BARE = r"[^\s\"',;&{}()\[\]<>]{1,8192}"
-_SECRETS = regex.compile(
+_SECRETS = (
     # a PEM private key, up to its END line (or the end of the text)
     r"(?P<pem>-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY[A-Z ]{0,10}-----"
     r"(?:.*?-----END[A-Z0-9 ]{0,40}PRIVATE KEY[A-Z ]{0,10}-----|.*))"
@@ -131,10 +135,29 @@ _SECRETS = regex.compile(
     rf"\s{{0,5}}(?P<field>{_QUOTED}|{_BARE})"
     rf"|(?=--){_FIELD}(?:\s{{1,5}}|=)(?P<opt>{_BARE})"
     # a token of a known shape
-    rf"|{_B}(?P<token>{'|'.join(_VENDOR)})",
-    regex.DOTALL,
+    rf"|{_B}(?P<token>{'|'.join(_VENDOR)})"
 )
-_RUN = regex.compile(r"[^\s\"'<>`]+")  # where a URL may be
+_RUN = r"[^\s\"'<>`]+"  # where a URL may be
+
+
+class _Patterns(NamedTuple):
+    sensitive_name: regex.Pattern[str]
+    secret_start: regex.Pattern[str]
+    secrets: regex.Pattern[str]
+    run: regex.Pattern[str]
+
+
+@functools.cache
+def _compiled() -> _Patterns:
+    """The patterns, compiled once (on first use: see above)."""
+    import regex
+
+    return _Patterns(
+        regex.compile(_SENSITIVE_NAME, regex.IGNORECASE),
+        regex.compile(_SECRET_START),
+        regex.compile(_SECRETS, regex.DOTALL),
+        regex.compile(_RUN),
+    )
 
 
 def is_sensitive_name(name: str) -> bool:
@@ -144,7 +167,9 @@ def is_sensitive_name(name: str) -> bool:
         >>> is_sensitive_name("OPENAI_API_KEY"), is_sensitive_name("HOME")
         (True, False)
     """
-    return name.upper() not in _NOT_SENSITIVE and _SENSITIVE_NAME.search(name) is not None
+    return (
+        name.upper() not in _NOT_SENSITIVE and _compiled().sensitive_name.search(name) is not None
+    )
 
 
 def redact(text: str) -> str:
@@ -158,7 +183,7 @@ def redact(text: str) -> str:
         "curl -H 'Authorization: Bearer ******' https://u:******@host/x"
     """
     try:
-        text = _SECRETS.sub(_replace, text, concurrent=True, timeout=_TIMEOUT)
+        text = _compiled().secrets.sub(_replace, text, concurrent=True, timeout=_TIMEOUT)
     except TimeoutError:
         return f"{MASK} (withheld: {len(text):,} characters could not be checked for secrets)"
     return _mask_url_passwords(text) if "://" in text else text
@@ -223,7 +248,7 @@ def _mask_url_passwords(text: str) -> str:
     """Mask ``scheme://user:PASSWORD@`` up to the last ``@`` of each whitespace-free run."""
     out: list[str] = []
     last = 0
-    for run in _RUN.finditer(text):
+    for run in _compiled().run.finditer(text):
         start, end = run.span()
         at = text.rfind("@", start, end)
         if at < 0:
@@ -249,7 +274,7 @@ def _mask_url_passwords(text: str) -> str:
 def _is_whole_secret(value: str) -> bool:
     """A value that is a credential by itself: a known prefix, a private key, a random token."""
     head = value[:MAX_SCAN]
-    if _SECRET_START.match(head) or ("PRIVATE KEY" in head and "-----BEGIN" in head):
+    if _compiled().secret_start.match(head) or ("PRIVATE KEY" in head and "-----BEGIN" in head):
         return True
     return _looks_random(value.strip())
 

@@ -29,17 +29,19 @@ import codecs
 import json
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager, suppress
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx2
 
 from ..errors import ToolError
 from ._blocking import Stop, run_blocking
-from ._html import html_to_text
 from ._netguard import BlockedAddressError, NetworkPolicy, guarded_transport
 from ._workspace import arg_str, truncate
 from .base import Tool, ToolResult
+
+if TYPE_CHECKING:
+    from ._html import html_to_text
 
 __all__ = [
     "BlockedAddressError",
@@ -49,6 +51,16 @@ __all__ = [
     "guarded_transport",
     "html_to_text",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # ``html_to_text`` (and the ``regex`` module under it) is imported when a page is rendered.
+    if name == "html_to_text":
+        from ._html import html_to_text
+
+        return html_to_text
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _USER_AGENT = "fanloop (+https://github.com/fanloop/fanloop)"
 _ACCEPT_ENCODING = "gzip, deflate"
@@ -292,6 +304,8 @@ class WebFetchTool(_HttpTool):
             not ctype and body.lstrip()[:15].lower().startswith((b"<!doctype html", b"<html"))
         )
         if is_html:
+            from ._html import html_to_text
+
             text, title = html_to_text(reply.text(), stop)
             if title:
                 head += f"\nTitle: {_shown(title, _SHOWN_TITLE)}"
