@@ -13,12 +13,14 @@ import pytest
 pytest.importorskip("opentelemetry.sdk")
 
 from opentelemetry.context import Context
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from fanloop import Agent, gather, handoff, tool
-from fanloop.otel import OpenTelemetryObserver
+from fanloop.otel import OpenTelemetryMetrics, OpenTelemetryObserver
 from fanloop.providers import ModelRequest
 from fanloop.testing import ScriptedProvider, call, reply
 
@@ -269,3 +271,60 @@ async def test_without_a_tracer_provider_a_run_is_not_tracked() -> None:
 
     await Agent(ScriptedProvider(model), tools=[probe], observer=observer).run("go")
     assert seen == [({}, None)]
+
+
+# -- the same runs on OpenTelemetryMetrics ----------------------------------------------------
+
+
+def durations(reader: InMemoryMetricReader, name: str) -> dict[str, int]:
+    """The count of each point of histogram ``name``, by its agent or tool name."""
+    data = reader.get_metrics_data()
+    out: dict[str, int] = {}
+    for resource in data.resource_metrics if data else ():
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                if metric.name == name:
+                    for p in metric.data.data_points:
+                        attrs = dict(p.attributes or {})
+                        key = str(attrs.get("gen_ai.tool.name") or attrs.get("gen_ai.agent.name"))
+                        count = getattr(p, "count", None)
+                        out[key] = out.get(key, 0) + (int(p.value) if count is None else count)
+    return out
+
+
+async def test_metrics_go_on_after_a_handoff_and_count_a_shared_sub_agent_once() -> None:
+    reader = InMemoryMetricReader()
+    meters = MeterProvider(metric_readers=[reader])
+    observer = OpenTelemetryMetrics(meters)
+
+    def model(request: ModelRequest) -> Any:
+        system = request.system or ""
+        if system.startswith("researcher"):
+            return "notes"
+        if system.startswith("triage"):
+            return reply(tool_calls=[call("transfer_to_billing", _id="h1")])
+        if not tool_answered(request) or request.messages[-1].tool_results_parts[0].call_id == (
+            "h1"
+        ):
+            return reply(tool_calls=[call("researcher", _id="r1", task="dig")])
+        return "40 EUR"
+
+    provider = ScriptedProvider(model)
+    researcher = Agent(provider, name="researcher", system="researcher", observer=observer)
+    billing = Agent(provider, name="billing", system="billing", tools=[researcher.as_tool()])
+    triage = Agent(
+        provider, name="triage", system="triage", handoffs=[handoff(billing)], observer=observer
+    )
+    results = await gather(*(triage.run(f"invoice {i}?") for i in range(N)))
+    assert all(not isinstance(r, Exception) and r.text == "40 EUR" for r in results)
+    try:
+        # per run: triage's call, billing's two (after the handoff), the researcher's one
+        assert sum(durations(reader, "gen_ai.client.operation.duration").values()) == 4 * N
+        assert durations(reader, "fanloop.tool.duration") == {
+            "transfer_to_billing": N,
+            "researcher": N,
+        }
+        assert durations(reader, "fanloop.runs") == {"triage": N, "researcher": N}
+        assert set(durations(reader, "fanloop.runs.active").values()) == {0}
+    finally:
+        meters.shutdown()
