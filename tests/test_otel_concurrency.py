@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from fanloop import Agent, gather, handoff, tool
+from fanloop import Agent, Delegation, gather, handoff, tool
 from fanloop.otel import OpenTelemetryMetrics, OpenTelemetryObserver
 from fanloop.providers import ModelRequest
 from fanloop.testing import ScriptedProvider, call, reply
@@ -150,9 +150,7 @@ async def test_parallel_sub_agents_under_one_parent_each_nest_under_their_call(
             )
         return "main answer"
 
-    agent = Agent(
-        ScriptedProvider(model), delegation=True, delegate_tools=[lookup], observer=observer
-    )
+    agent = Agent(ScriptedProvider(model), delegation=Delegation(tools=[lookup]), observer=observer)
     result = await agent.run("go")
     assert result.text == "main answer"
 
