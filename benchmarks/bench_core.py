@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 
 from _common import Row, median_time, table, write
-from fanloop import Agent, Delegation, Limits, NullObserver, tool
+from fanloop import Agent, Delegation, Limits, MultiObserver, NullObserver, tool
 from fanloop.messages import Message, ToolResultPart
 from fanloop.providers import ModelRequest, ModelResponse, ToolSpec
 from fanloop.testing import ScriptedProvider, call, reply
@@ -82,6 +82,16 @@ async def per_turn(repeats: int = 15) -> Row:
     )
 
 
+class _Counter(NullObserver):
+    """Counts responses: an observer without ``on_event``."""
+
+    def __init__(self) -> None:
+        self.responses = 0
+
+    def on_response(self, response: object) -> None:
+        self.responses += 1
+
+
 class _EveryEvent(NullObserver):
     """An observer with an empty ``on_event``: what any event-fed observer costs the loop."""
 
@@ -92,12 +102,14 @@ class _EveryEvent(NullObserver):
 async def per_turn_metrics(repeats: int = 15) -> list[Row]:
     """The per-turn loop with OpenTelemetry (docs/observability.md), in CPU time.
 
-    Six agents on the same script, run in turn: no observer; an observer with an empty
+    Eight agents on the same script, run in turn: no observer; an observer with an empty
     ``on_event`` (the events every such observer makes the loop build and dispatch);
     ``OpenTelemetryMetrics`` with no meter provider configured (the API's no-op meter: its
     own cost, against the empty observer) and on an SDK ``MeterProvider`` with an in-memory
     reader; ``OpenTelemetryObserver`` spans on an SDK ``TracerProvider`` (a simple processor
-    and an in-memory exporter), without and with content capture. CPU time of this process,
+    and an in-memory exporter), without and with content capture, and with no tracer provider
+    at all (the API's proxy: each run is skipped); a ``MultiObserver`` of two observers without
+    ``on_event`` (it subscribes only what they define). CPU time of this process,
     not wall time, so other processes on a busy machine move the figures less.
     """
     from opentelemetry.sdk.metrics import MeterProvider
@@ -119,6 +131,9 @@ async def per_turn_metrics(repeats: int = 15) -> list[Row]:
         "sdk": OpenTelemetryMetrics(sdk),
         "spans": OpenTelemetryObserver(tracing),
         "content": OpenTelemetryObserver(tracing, capture_content=True),
+        # no tracer provider given, no global one: the API's proxy (nothing recorded)
+        "spans no-op": OpenTelemetryObserver(),
+        "multi": MultiObserver(_Counter(), _Counter()),  # no on_event inside
     }
     agents = {
         name: Agent(conversation_model(), tools=[noop], limits=Limits(max_turns=None), observer=obs)
@@ -177,6 +192,24 @@ async def per_turn_metrics(repeats: int = 15) -> list[Row]:
             cpu["content"],
             cpu["spans"],
             "µs",
+        ),
+        Row(
+            f"{workload}: `OpenTelemetryObserver` with no tracer provider set "
+            "(baseline: the empty `on_event` observer)",
+            "per turn",
+            cpu["spans no-op"],
+            cpu["empty"],
+            "µs",
+            "≤ 1.1×",
+        ),
+        Row(
+            f"{workload}: a `MultiObserver` of two observers without `on_event` "
+            "(baseline: no observer)",
+            "per turn",
+            cpu["multi"],
+            cpu["none"],
+            "µs",
+            "≤ 1.1×",
         ),
     ]
 

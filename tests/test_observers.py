@@ -29,6 +29,7 @@ from fanloop import (
     tool,
 )
 from fanloop.errors import AuthenticationError, Overloaded
+from fanloop.events import RunStarted
 from fanloop.messages import ToolCallPart, ToolResultPart
 from fanloop.providers import ModelRequest, ModelResponse, Usage
 from fanloop.testing import ScriptedProvider, call, reply
@@ -561,6 +562,89 @@ async def test_multi_observer_conversation_error_propagates_and_closes_entered_o
         await agent.run("hi")
     assert first.names() == ["enter", "exit"]
     assert provider.requests == []
+
+
+class Counts(NullObserver):
+    """Counts responses and tool starts; no ``on_event``, no delta callback."""
+
+    def __init__(self) -> None:
+        self.responses = 0
+        self.tools = 0
+
+    def on_response(self, response: ModelResponse) -> None:
+        self.responses += 1
+
+    def on_tool_start(self, call: ToolCallPart) -> None:
+        self.tools += 1
+
+
+class Events(NullObserver):
+    """Sees every event through ``on_event``."""
+
+    def __init__(self) -> None:
+        self.kinds: list[str] = []
+
+    def on_event(self, event: Any) -> None:
+        self.kinds.append(event.kind)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda a, b: MultiObserver(a, b),
+        lambda a, b: MultiObserver(GuardedObserver(a), MultiObserver(b)),
+        lambda a, b: GuardedObserver(MultiObserver(a, GuardedObserver(b))),
+    ],
+    ids=["multi", "nested", "guarded"],
+)
+async def test_wrappers_without_on_event_inside_do_not_make_the_loop_build_every_event(
+    make: Any,
+) -> None:
+    from fanloop._dispatch import Emitter, build_table
+
+    first, second = Counts(), Counts()
+    observer = make(first, second)
+    assert getattr(observer, "on_event", None) is None
+    assert not hasattr(observer, "on_anything_else")
+    emitter = Emitter(build_table(observer, None), path=("agent",))
+    assert not emitter.wants_deltas
+    assert not emitter.wants("usage_updated")
+    assert not emitter.wants("message_appended")
+    assert emitter.wants("response_completed") and emitter.wants("tool_started")
+    provider = ScriptedProvider([reply(tool_calls=[call("add", a=1, b=2)]), "3"], chunk_size=1)
+    await Agent(provider, tools=[add], observer=observer).run("go")
+    assert (first.responses, first.tools) == (second.responses, second.tools) == (2, 1)
+
+
+async def test_wrappers_expose_on_event_when_an_inner_observer_has_it() -> None:
+    from fanloop._dispatch import Emitter, build_table
+
+    counts, events = Counts(), Events()
+    for observer in (
+        MultiObserver(counts, events),
+        GuardedObserver(MultiObserver(GuardedObserver(events), counts)),
+    ):
+        assert callable(observer.on_event)  # type: ignore[attr-defined]
+        assert Emitter(build_table(observer, None), path=("agent",)).wants("usage_updated")
+    before = len(events.kinds)
+    await Agent(ScriptedProvider(["ok"]), observer=MultiObserver(counts, events)).run("hi")
+    kinds = events.kinds[before:]
+    assert kinds[0] == "run_started" and kinds[-1] == "run_finished"
+    assert "usage_updated" in kinds
+    assert counts.responses == 1
+
+
+def test_a_failing_on_event_inside_a_multi_observer_is_logged() -> None:
+    class Broken(NullObserver):
+        def on_event(self, event: Any) -> None:
+            raise ValueError("observer bug")
+
+    events = Events()
+    multi = MultiObserver(Broken(), Counts(), events)
+    with capture_logs() as logs:
+        multi.on_event(RunStarted("r", "agent", "m"))  # type: ignore[attr-defined]
+    assert events.kinds == ["run_started"]
+    assert [e["log_level"] for e in logs] == ["error"]
 
 
 # -- GuardedObserver and guarded() ---------------------------------------------------------

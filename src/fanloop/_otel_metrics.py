@@ -139,10 +139,22 @@ class _Run:
     """One run in flight: its lineage, its model call and tool calls in flight, and the run
     that was current where it started (current again when it ends)."""
 
-    __slots__ = ("agent", "attempt", "lineage", "model", "outer", "provider", "tools")
+    __slots__ = (
+        "agent",
+        "attempt",
+        "last",
+        "model",
+        "outer",
+        "parent_call_id",
+        "path",
+        "provider",
+        "tools",
+    )
 
     def __init__(self, event: Any, outer: _Run | None) -> None:
-        self.lineage = (event.agent_path, event.parent_call_id)
+        self.path: tuple[str, ...] = event.agent_path
+        self.parent_call_id: str | None = event.parent_call_id
+        self.last: object = None  # the last event seen (one delivered twice is skipped)
         self.provider: str = event.provider
         self.model: str = event.model
         self.agent: str = event.agent_name
@@ -255,13 +267,25 @@ class OpenTelemetryMetrics(NullObserver):
     def on_event(self, event: Any) -> None:
         """Record what ``event`` measures (most events measure nothing)."""
         handler = self._handlers.get(event.kind)
-        if handler is not None:
-            handler(event)
+        if handler is None:
+            return
+        current = self._current
+        run = current.get()
+        if run is not None and run.last is event:
+            return  # the same event again: a sub-agent whose agent has this observer too
+        handler(event)
+        run = current.get()
+        if run is not None:
+            run.last = event
 
     def _run(self, event: Any) -> _Run | None:
-        """The run ``event`` belongs to (``None``: not recorded)."""
+        """The run ``event`` belongs to (``None``: not recorded): the current run, when the
+        event has its lineage (its agent path, or a longer one after a handoff)."""
         run = self._current.get()
-        if run is None or run.lineage != (event.agent_path, event.parent_call_id):
+        if run is None or event.parent_call_id != run.parent_call_id:
+            return None
+        path = event.agent_path
+        if path != run.path and path[: len(run.path)] != run.path:
             return None
         return run
 

@@ -249,7 +249,8 @@ class GuardedObserver(NullObserver):
     """Wraps an observer so that its ``on_*`` errors are logged instead of raised.
 
     ``conversation()`` is the wrapped observer's own, so its exceptions propagate. Optional
-    callbacks the wrapped observer lacks are skipped.
+    callbacks the wrapped observer lacks are skipped; it has ``on_event`` only when the wrapped
+    observer has it.
     """
 
     def __init__(self, inner: LoopObserver) -> None:
@@ -263,7 +264,9 @@ class GuardedObserver(NullObserver):
             inner = object.__getattribute__(self, "inner")
             fn = getattr(inner, name, None)
             if fn is None:
-                return _noop
+                if name in _NULL_CALLBACKS:
+                    return _noop
+                raise _missing(self, name)
             return lambda *args: _call_guarded(inner, name, fn, *args)
         return object.__getattribute__(self, name)
 
@@ -272,12 +275,27 @@ def _noop(*args: Any) -> None:
     pass
 
 
+# The callbacks every observer answers (NullObserver's): a wrapper always has them, as a no-op
+# when what it wraps lacks one. Any other ``on_*`` (``on_event``) it has only when something it
+# wraps has it: the loop makes every event for an observer with ``on_event``, so a wrapper
+# answering it for nothing would cost each run the events nobody reads.
+_NULL_CALLBACKS = frozenset(n for n in vars(NullObserver) if n.startswith("on_"))
+
+
+def _missing(wrapper: object, name: str) -> AttributeError:
+    return AttributeError(
+        f"{type(wrapper).__name__!r} object has no attribute {name!r} "
+        "(no observer it wraps has one)"
+    )
+
+
 class MultiObserver(NullObserver):
     """Calls each observer in argument order.
 
     ``conversation()`` enters them in argument order and closes them in reverse order; an
     exception from one of those contexts propagates. A failed ``on_*`` callback in one observer
-    is logged and does not keep the others from the event.
+    is logged and does not keep the others from the event. It has ``on_event`` only when one of
+    its observers has it (an observer with ``on_event`` makes the loop build every event).
     """
 
     def __init__(self, *observers: LoopObserver) -> None:
@@ -295,13 +313,17 @@ class MultiObserver(NullObserver):
 
     def __getattribute__(self, name: str) -> Any:
         if name.startswith("on_"):
-            observers = object.__getattribute__(self, "observers")
+            found = [
+                (obs, fn)
+                for obs in object.__getattribute__(self, "observers")
+                if (fn := getattr(obs, name, None)) is not None
+            ]
+            if not found and name not in _NULL_CALLBACKS:
+                raise _missing(self, name)
 
             def fan(*args: Any) -> None:
-                for obs in observers:
-                    fn = getattr(obs, name, None)
-                    if fn is not None:
-                        _call_guarded(obs, name, fn, *args)
+                for obs, fn in found:
+                    _call_guarded(obs, name, fn, *args)
 
             return fan
         return object.__getattribute__(self, name)

@@ -15,6 +15,13 @@ Spans follow the GenAI semantic conventions:
   response's finish reason and token usage; a failed attempt ends with ``error.type``;
 - ``execute_tool {tool name}`` (INTERNAL) per tool call, with the tool name and call id.
 
+One observer serves any number of agents and concurrent runs: the run an event belongs to is
+found through a context variable set as the run starts (concurrent runs of one agent have the
+same lineage), so each run, each of several sub-agents running at once, and a run after a
+handoff (a ``fanloop.handoff`` event on its span; the agent taking over goes on in the same
+``invoke_agent`` span) has its own span tree. With no tracer provider given and none set
+globally, a run is not tracked at all and its events cost a lookup each.
+
 A paced model call (:mod:`fanloop.pacing`) that waited has a ``fanloop.pacing_wait`` span
 event per wait on its ``chat`` span (key, reason, seconds) and its total wait in
 ``fanloop.pacing.wait_seconds``; an unreachable pacing backend adds a
@@ -57,8 +64,9 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
+from contextvars import ContextVar
 from typing import Any
 
 from ._log import logger
@@ -143,7 +151,50 @@ _MIN_SECRET_VALUE = 6  # shorter environment values are not masked literally (to
 _MAX_SECRET_VALUE = 4096
 _PROPAGATOR = TraceContextTextMapPropagator()
 
-_RunKey = tuple[tuple[str, ...], str | None]
+_MAX_TOOLS = 10_000  # tool spans of one run open at once (more calls are not traced)
+_UNSET = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)  # the API's no-op providers
+
+
+class _Run:
+    """One traced run in flight: its ``invoke_agent`` span, its open ``chat`` span and
+    ``execute_tool`` spans, and the run that was current where it started (current again
+    when it ends). Found through a context variable, not the run's lineage: concurrent runs
+    of one agent have the same lineage."""
+
+    __slots__ = (
+        "chat",
+        "last",
+        "model",
+        "outer",
+        "parent_call_id",
+        "path",
+        "provider",
+        "run_id",
+        "span",
+        "tools",
+        "waited",
+    )
+
+    def __init__(self, event: Any, span: Any, outer: _Run | None) -> None:
+        self.run_id: str = event.run_id
+        self.path: tuple[str, ...] = event.agent_path
+        self.parent_call_id: str | None = event.parent_call_id
+        self.provider: str = event.provider
+        self.model: str = event.model
+        self.span = span
+        self.outer = outer
+        self.chat: Any = None
+        self.waited = 0.0  # pacing waits of the open chat span
+        self.tools: dict[str, Any] = {}  # call id -> its execute_tool span
+        self.last: object = None  # the last event seen (one delivered twice is skipped)
+
+    def owns(self, event: Event) -> bool:
+        """Whether ``event`` has this run's lineage: its agent path, or a longer one after a
+        handoff (the agents it handed to), and its parent call."""
+        if event.parent_call_id != self.parent_call_id:
+            return False
+        path = event.agent_path
+        return path == self.path or path[: len(self.path)] == self.path
 
 
 class OpenTelemetryObserver(NullObserver):
@@ -186,11 +237,35 @@ class OpenTelemetryObserver(NullObserver):
         if capture_content is None:
             capture_content = os.environ.get(CAPTURE_ENV, "").strip().lower() == "true"
         self._tracer = trace.get_tracer("fanloop", tracer_provider=tracer_provider)
-        self._runs: dict[_RunKey, tuple[Any, str, str]] = {}  # span, provider, model
-        self._by_id: dict[str, Any] = {}  # run id -> its invoke_agent span
-        self._chats: dict[_RunKey, Any] = {}
-        self._waited: dict[_RunKey, float] = {}  # pacing waits of the open chat span
-        self._tools: dict[str, Any] = {}
+        # Whether spans go anywhere: never with a no-op tracer; with the global provider,
+        # once one is set (checked as each run starts). A run started with nowhere to record
+        # is not tracked, and its events cost a lookup each.
+        self._global = tracer_provider is None and not isinstance(self._tracer, trace.NoOpTracer)
+        self._live = not isinstance(self._tracer, trace.NoOpTracer) and (
+            tracer_provider is not None or not isinstance(trace.get_tracer_provider(), _UNSET)
+        )
+        # The run an event belongs to: a context variable set as the run starts, so that
+        # concurrent runs of one agent (same lineage) and the tasks a run spawns (its tool
+        # calls, its sub-agents) each see their own.
+        self._current: ContextVar[_Run | None] = ContextVar(
+            f"fanloop_spans_{id(self)}", default=None
+        )
+        self._by_id: dict[str, _Run] = {}  # run id -> the run, while it is traced
+        self._handlers: dict[str, Callable[[_Run, Any], None]] = {
+            "run_started": _ignore,  # handled apart: it makes the run
+            "run_finished": self._run_finished,
+            "request_started": self._request_started,
+            "response_completed": self._response_completed,
+            "retry_scheduled": self._call_failed,
+            "model_failed": self._call_failed,
+            "pacing_wait": self._paced,
+            "pacing_unavailable": self._paced,
+            "pacing_capped": self._paced,
+            "tool_started": self._tool_started,
+            "tool_finished": self._tool_finished,
+            "guardrail_tripped": self._guardrail_tripped,
+            "handoff": self._handoff,
+        }
         self.propagate_to_requests = bool(propagate_to_requests)
         self.capture_content = bool(capture_content)
         self.max_content_chars = max_content_chars
@@ -203,7 +278,14 @@ class OpenTelemetryObserver(NullObserver):
         """The W3C trace context of the open span of the run ``key`` (a run id) or of the
         tool call ``key`` (a call id), as a ``traceparent``/``tracestate`` dict; ``None``
         when there is none. fanloop stores it where the run goes on in another process."""
-        span = self._by_id.get(key) or self._tools.get(key)
+        span = None
+        run = self._current.get()
+        while run is not None and span is None:  # this run's, or a run it runs under
+            span = run.span if run.run_id == key else run.tools.get(key)
+            run = run.outer
+        if span is None:
+            found = self._by_id.get(key)
+            span = found.span if found is not None else None
         if span is None or not span.get_span_context().is_valid:
             return None
         carrier: dict[str, str] = {}
@@ -229,161 +311,202 @@ class OpenTelemetryObserver(NullObserver):
 
     def on_event(self, event: Event) -> None:
         """Open and close spans as the run's events arrive."""
-        key: _RunKey = (event.agent_path, event.parent_call_id)
+        handler = self._handlers.get(event.kind)
+        if handler is None:
+            return
+        current = self._current
+        run = current.get()
+        if run is not None and run.last is event:
+            return  # the same event again: a sub-agent whose agent has this observer too
         if event.kind == "run_started":
-            parent = self._tools.get(event.parent_call_id or "")
-            ctx = trace.set_span_in_context(parent) if parent else otel_context.get_current()
-            links: list[Link] = []
-            attributes: dict[str, Any] = {
-                OPERATION: "invoke_agent",
-                AGENT_NAME: event.agent_name,
-                AGENT_ID: event.run_id,
-                CONVERSATION_ID: event.run_id,
-                PROVIDER: event.provider,
-                REQUEST_MODEL: event.model,
+            self._run_started(run, event)
+        elif run is not None and run.owns(event):
+            handler(run, event)
+        else:
+            return
+        now = current.get()
+        if now is not None:
+            now.last = event
+
+    def _run_started(self, outer: _Run | None, event: Any) -> None:
+        if not self._live:
+            if not self._global or isinstance(trace.get_tracer_provider(), _UNSET):
+                return  # nothing to record into: the run's other events cost a lookup each
+            self._live = True
+        # a sub-agent's run (its parent's run is current where it starts) goes under the
+        # execute_tool span of the call that delegated to it
+        parent = outer.tools.get(event.parent_call_id) if outer and event.parent_call_id else None
+        ctx = trace.set_span_in_context(parent) if parent else otel_context.get_current()
+        links: list[Link] = []
+        attributes: dict[str, Any] = {
+            OPERATION: "invoke_agent",
+            AGENT_NAME: event.agent_name,
+            AGENT_ID: event.run_id,
+            CONVERSATION_ID: event.run_id,
+            PROVIDER: event.provider,
+            REQUEST_MODEL: event.model,
+        }
+        if parent is None and event.trace_context is not None:
+            resumed = continued_context(event.trace_context)
+            if resumed is not None:  # goes on in the trace of the run it resumes
+                here = trace.get_current_span().get_span_context()
+                theirs = trace.get_current_span(resumed).get_span_context()
+                if here.is_valid and here.trace_id != theirs.trace_id:
+                    links.append(Link(here, {"fanloop.link": "resumed_by"}))
+                ctx = resumed
+                attributes["fanloop.resumed"] = True
+        span = self._tracer.start_span(
+            f"invoke_agent {event.agent_name}",
+            context=ctx,
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+            links=links,
+        )
+        run = _Run(event, span, outer)
+        self._current.set(run)
+        self._by_id[run.run_id] = run
+
+    def _request_started(self, run: _Run, event: Any) -> None:
+        run.waited = 0.0
+        if run.chat is not None:  # a call the run never closed (not expected): close it
+            run.chat.end()
+        request = event.request
+        chat = self._tracer.start_span(
+            f"chat {run.model}",
+            context=trace.set_span_in_context(run.span),
+            kind=SpanKind.CLIENT,
+            attributes={
+                OPERATION: "chat",
+                PROVIDER: run.provider,
+                REQUEST_MODEL: run.model,
+                REQUEST_MAX_TOKENS: request.max_tokens,
+                "fanloop.step": event.step,
+                "fanloop.attempt": event.attempt,
+            },
+        )
+        run.chat = chat
+        if self._mask is not None:
+            self._capture_request(chat, request)
+        if self.propagate_to_requests:
+            carrier: dict[str, str] = {}
+            _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(chat))
+            TRACE_HEADERS.set(carrier or None)
+
+    def _response_completed(self, run: _Run, event: Any) -> None:
+        if self.propagate_to_requests:
+            TRACE_HEADERS.set(None)
+        span = run.chat
+        if span is None:
+            return
+        run.chat = None
+        response = event.response
+        if self._mask is not None:
+            out = {
+                "role": "assistant",
+                "parts": self._parts(response.content, self.max_content_chars)[0],
+                "finish_reason": str(response.stop_reason),
             }
-            if parent is None and event.trace_context is not None:
-                resumed = continued_context(event.trace_context)
-                if resumed is not None:  # goes on in the trace of the run it resumes
-                    here = trace.get_current_span().get_span_context()
-                    theirs = trace.get_current_span(resumed).get_span_context()
-                    if here.is_valid and here.trace_id != theirs.trace_id:
-                        links.append(Link(here, {"fanloop.link": "resumed_by"}))
-                    ctx = resumed
-                    attributes["fanloop.resumed"] = True
-            span = self._tracer.start_span(
-                f"invoke_agent {event.agent_name}",
-                context=ctx,
-                kind=SpanKind.INTERNAL,
-                attributes=attributes,
-                links=links,
-            )
-            self._runs[key] = (span, event.provider, event.model)
-            self._by_id[event.run_id] = span
-        elif event.kind == "request_started":
-            self._waited.pop(key, None)
-            run = self._runs.get(key)
-            if run is None:
-                return
-            request = event.request
-            chat = self._tracer.start_span(
-                f"chat {run[2]}",
-                context=trace.set_span_in_context(run[0]),
-                kind=SpanKind.CLIENT,
-                attributes={
-                    OPERATION: "chat",
-                    PROVIDER: run[1],
-                    REQUEST_MODEL: run[2],
-                    REQUEST_MAX_TOKENS: request.max_tokens,
-                    "fanloop.step": event.step,
-                    "fanloop.attempt": event.attempt,
-                },
-            )
-            self._chats[key] = chat
-            if self._mask is not None:
-                self._capture_request(chat, request)
-            if self.propagate_to_requests:
-                carrier: dict[str, str] = {}
-                _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(chat))
-                TRACE_HEADERS.set(carrier or None)
-        elif event.kind == "response_completed":
-            if self.propagate_to_requests:
-                TRACE_HEADERS.set(None)
-            span = self._chats.pop(key, None)
-            if span is None:
-                return
-            response = event.response
-            if self._mask is not None:
-                out = {
-                    "role": "assistant",
-                    "parts": self._parts(response.content, self.max_content_chars)[0],
-                    "finish_reason": str(response.stop_reason),
-                }
-                span.set_attribute(OUTPUT_MESSAGES, _dumps([out]))
-            usage = response.usage
-            span.set_attribute(RESPONSE_MODEL, response.model)
-            if response.response_id:
-                span.set_attribute(RESPONSE_ID, response.response_id)
-            span.set_attribute(FINISH_REASONS, [str(response.stop_reason)])
-            span.set_attribute(INPUT_TOKENS, usage.total_input_tokens)
-            span.set_attribute(OUTPUT_TOKENS, usage.output_tokens)
-            span.set_attribute(CACHE_READ, usage.cache_read_tokens)
-            span.set_attribute(CACHE_CREATION, usage.cache_write_tokens)
-            span.end()
-        elif event.kind == "retry_scheduled" or event.kind == "model_failed":
-            if self.propagate_to_requests:
-                TRACE_HEADERS.set(None)
-            span = self._chats.pop(key, None)
-            if span is not None:
-                _fail(span, event.error)
-        elif event.kind in ("pacing_wait", "pacing_unavailable", "pacing_capped"):
-            self._paced(key, event)
-        elif event.kind == "tool_started":
-            run = self._runs.get(key)
-            if run is None:
-                return
-            call = event.call
-            tool = self._tracer.start_span(
-                f"execute_tool {call.name}",
-                context=trace.set_span_in_context(run[0]),
-                kind=SpanKind.INTERNAL,
-                attributes={
-                    OPERATION: "execute_tool",
-                    TOOL_NAME: call.name,
-                    TOOL_CALL_ID: call.id,
-                    TOOL_TYPE: "function",
-                },
-            )
-            self._tools[call.id] = tool
-            if self._mask is not None:
-                text = self._mask(_arguments(call), self.max_content_chars)
-                tool.set_attribute(TOOL_ARGUMENTS, text)
-        elif event.kind == "tool_finished":
-            span = self._tools.pop(event.call.id, None)
-            if span is None:
-                return
-            if self._mask is not None:
-                text = self._mask(event.result.content, self.max_content_chars)
-                span.set_attribute(TOOL_RESULT, text)
-            if event.result.is_error:
-                span.set_attribute(ERROR_TYPE, "tool_error")
-                span.set_status(Status(StatusCode.ERROR, event.result.content[:200]))
-            span.end()
-        elif event.kind == "guardrail_tripped":
-            run = self._runs.get(key)
-            if run is not None:
-                trip = event.trip
-                run[0].add_event(
-                    "fanloop.guardrail_tripped",
-                    {
-                        "fanloop.guardrail.name": trip.name,
-                        "fanloop.guardrail.kind": trip.kind,
-                        "fanloop.guardrail.message": (trip.message or "")[:500],
-                    },
-                )
-        elif event.kind == "run_finished":
-            if self.propagate_to_requests:
-                TRACE_HEADERS.set(None)
-            self._waited.pop(key, None)
-            entry = self._runs.pop(key, None)
-            if entry is not None:
-                self._by_id = {k: v for k, v in self._by_id.items() if v is not entry[0]}
-            chat = self._chats.pop(key, None)
-            if chat is not None:
-                chat.end()
-            if entry is None:
-                return
-            span = entry[0]
-            result = event.result
-            span.set_attribute(INPUT_TOKENS, result.usage.total_input_tokens)
-            span.set_attribute(OUTPUT_TOKENS, result.usage.output_tokens)
-            span.set_attribute("fanloop.termination_reason", str(result.termination_reason))
-            span.set_attribute("fanloop.turns", result.turns)
-            error = event.error
+            span.set_attribute(OUTPUT_MESSAGES, _dumps([out]))
+        usage = response.usage
+        span.set_attribute(RESPONSE_MODEL, response.model)
+        if response.response_id:
+            span.set_attribute(RESPONSE_ID, response.response_id)
+        span.set_attribute(FINISH_REASONS, [str(response.stop_reason)])
+        span.set_attribute(INPUT_TOKENS, usage.total_input_tokens)
+        span.set_attribute(OUTPUT_TOKENS, usage.output_tokens)
+        span.set_attribute(CACHE_READ, usage.cache_read_tokens)
+        span.set_attribute(CACHE_CREATION, usage.cache_write_tokens)
+        span.end()
+
+    def _call_failed(self, run: _Run, event: Any) -> None:
+        if self.propagate_to_requests:
+            TRACE_HEADERS.set(None)
+        span = run.chat
+        if span is not None:
+            run.chat = None
+            _fail(span, event.error)
+
+    def _tool_started(self, run: _Run, event: Any) -> None:
+        call = event.call
+        if len(run.tools) >= _MAX_TOOLS:
+            return
+        tool = self._tracer.start_span(
+            f"execute_tool {call.name}",
+            context=trace.set_span_in_context(run.span),
+            kind=SpanKind.INTERNAL,
+            attributes={
+                OPERATION: "execute_tool",
+                TOOL_NAME: call.name,
+                TOOL_CALL_ID: call.id,
+                TOOL_TYPE: "function",
+            },
+        )
+        old = run.tools.get(call.id)
+        if old is not None:  # a call id the model used twice in one turn: close the first
+            old.end()
+        run.tools[call.id] = tool
+        if self._mask is not None:
+            text = self._mask(_arguments(call), self.max_content_chars)
+            tool.set_attribute(TOOL_ARGUMENTS, text)
+
+    def _tool_finished(self, run: _Run, event: Any) -> None:
+        span = run.tools.pop(event.call.id, None)
+        if span is None:
+            return
+        if self._mask is not None:
+            text = self._mask(event.result.content, self.max_content_chars)
+            span.set_attribute(TOOL_RESULT, text)
+        if event.result.is_error:
+            span.set_attribute(ERROR_TYPE, "tool_error")
+            span.set_status(Status(StatusCode.ERROR, event.result.content[:200]))
+        span.end()
+
+    def _guardrail_tripped(self, run: _Run, event: Any) -> None:
+        trip = event.trip
+        run.span.add_event(
+            "fanloop.guardrail_tripped",
+            {
+                "fanloop.guardrail.name": trip.name,
+                "fanloop.guardrail.kind": trip.kind,
+                "fanloop.guardrail.message": (trip.message or "")[:500],
+            },
+        )
+
+    def _handoff(self, run: _Run, event: Any) -> None:
+        run.span.add_event(
+            "fanloop.handoff",
+            {
+                "fanloop.handoff.from_agent": event.from_agent,
+                "fanloop.handoff.to_agent": event.to_agent,
+            },
+        )
+
+    def _run_finished(self, run: _Run, event: Any) -> None:
+        if self.propagate_to_requests:
+            TRACE_HEADERS.set(None)
+        self._current.set(run.outer)
+        if self._by_id.get(run.run_id) is run:
+            del self._by_id[run.run_id]
+        error = event.error
+        if run.chat is not None:  # it ended mid-call: cancelled, or past its deadline
+            run.chat.end()
+            run.chat = None
+        for tool in run.tools.values():  # or mid-tool
             if error is not None:
-                _fail(span, error)
+                _fail(tool, error)
             else:
-                span.end()
+                tool.end()
+        run.tools.clear()
+        span = run.span
+        result = event.result
+        span.set_attribute(INPUT_TOKENS, result.usage.total_input_tokens)
+        span.set_attribute(OUTPUT_TOKENS, result.usage.output_tokens)
+        span.set_attribute("fanloop.termination_reason", str(result.termination_reason))
+        span.set_attribute("fanloop.turns", result.turns)
+        if error is not None:
+            _fail(span, error)
+        else:
+            span.end()
 
     # -- content capture ---------------------------------------------------------------------
 
@@ -444,10 +567,10 @@ class OpenTelemetryObserver(NullObserver):
             spent += len(text)
         return parts, spent
 
-    def _paced(self, key: _RunKey, event: Any) -> None:
+    def _paced(self, run: _Run, event: Any) -> None:
         """A pacing wait (or an unreachable pacing backend) inside a model call: an event on
         its ``chat`` span, and the call's total wait as ``fanloop.pacing.wait_seconds``."""
-        span = self._chats.get(key)
+        span = run.chat
         if span is None:
             return
         if event.kind == "pacing_capped":
@@ -466,13 +589,17 @@ class OpenTelemetryObserver(NullObserver):
                 },
             )
             return
-        total = self._waited.get(key, 0.0) + event.seconds
-        self._waited[key] = total
+        total = run.waited + event.seconds
+        run.waited = total
         span.add_event(
             "fanloop.pacing_wait",
             {PACING_KEY: event.key, PACING_REASON: event.reason, PACING_SECONDS: event.seconds},
         )
         span.set_attribute(PACING_WAIT, total)
+
+
+def _ignore(run: _Run, event: Any) -> None:
+    pass
 
 
 def _fail(span: Any, error: BaseException) -> None:
