@@ -47,7 +47,6 @@ from ._runner import Prompt, SystemFn, run_with_deadline, start_run
 from ._settings import NO_SETTINGS, ModelSettings, check_settings
 from .catalog import model_info
 from .errors import ConfigurationError
-from .events import Event
 from .limits import Limits
 from .messages import Message
 from .observers import Hooks, LoopObserver
@@ -708,50 +707,11 @@ class Agent(Generic[DepsT, OutputT]):
 
         return AgentTool(self, name=name, description=description, concurrent_safe=concurrent_safe)
 
-    async def _execute(
-        self,
-        prompt: Prompt | None,
-        *,
-        messages: Sequence[Message] | None = None,
-        session: Session | None = None,
-        deps: Any = None,
-        send: Callable[[Event], Awaitable[None] | None] | None = None,
-        parent: RunState | None = None,
-        parent_call_id: str | None = None,
-        before: Callable[[RunState], Awaitable[RunResult | None]] | None = None,
-        model_settings: ModelSettings | None = None,
-        label: str | None = None,
-        trace_context: dict[str, str] | None = None,
-    ) -> RunResult[Any]:
-        active = self._active()
-        if active is not self:  # inside override(): the replacement runs instead
-            return await active._execute(
-                prompt,
-                messages=messages,
-                session=session,
-                deps=deps,
-                send=send,
-                parent=parent,
-                parent_call_id=parent_call_id,
-                before=before,
-                model_settings=model_settings,
-                label=label,
-                trace_context=trace_context,
-            )
-        return await start_run(
-            self,
-            prompt,
-            messages=messages,
-            session=session,
-            deps=deps,
-            send=send,
-            parent=parent,
-            parent_call_id=parent_call_id,
-            before=before,
-            model_settings=model_settings,
-            label=label,
-            trace_context=trace_context,
-        )
+    async def _execute(self, prompt: Prompt | None, **options: Any) -> RunResult[Any]:
+        """Run on ``prompt``: the body is :func:`~fanloop._runner.start_run`, which names the
+        options. Inside :meth:`override` the replacement runs instead (its own ``_active()``
+        is itself: overrides are keyed by the overridden agent)."""
+        return await start_run(self._active(), prompt, **options)
 
     async def _loop(self, run: RunState, *, deadline: bool) -> RunResult[Any]:
         """The loop of ``run`` (inside the guardrails, when the agent has some), under the
