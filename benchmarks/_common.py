@@ -10,6 +10,12 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
+# Set by ``run.py --quick`` (a smoke run, whose figures mean nothing): the timed children then
+# skip their untimed warm-up runs and keep the interpreter's ordinary bytecode cache. A private
+# cache, fresh each run, would have each smoke run compile the SDKs and their dependencies again
+# (seconds of CPU per cache) only to throw the bytecode away.
+QUICK = False
+
 
 @dataclass
 class Row:

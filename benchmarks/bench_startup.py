@@ -34,6 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import _common
 from _common import Row, table
 from fanloop.testing import FakeLLMServer
 
@@ -116,10 +117,11 @@ def _environment(server: _TimedServer, vendor: str, **extra: str) -> dict[str, s
         for k, v in os.environ.items()
         if not k.startswith(("LLM_", "ANTHROPIC_", "OPENAI_", "FANLOOP_"))
         and k.lower() not in ("http_proxy", "https_proxy", "all_proxy")
-        and k != "PYTHONDONTWRITEBYTECODE"
+        and (k != "PYTHONDONTWRITEBYTECODE" or _common.QUICK)
     }
+    if not _common.QUICK:  # a smoke run keeps the ordinary cache (see _common.QUICK)
+        env["PYTHONPYCACHEPREFIX"] = _PYCACHE
     env.update(
-        PYTHONPYCACHEPREFIX=_PYCACHE,
         LLM_PROVIDER=vendor,
         ANTHROPIC_API_KEY="sk-ant-bench",
         ANTHROPIC_BASE_URL=server.anthropic_base_url,
@@ -145,6 +147,8 @@ def _once(server: _TimedServer, argv: list[str], env: dict[str, str]) -> tuple[f
 
 
 def _import_env() -> dict[str, str]:
+    if _common.QUICK:  # a smoke run keeps the ordinary cache (see _common.QUICK)
+        return dict(os.environ)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPYCACHEPREFIX"] = _PYCACHE
     return env
@@ -154,7 +158,8 @@ def import_ratio(repeats: int) -> list[Row]:
     """``import fanloop`` on top of ``import pydantic, anyio``, in the same fresh process."""
     env = _import_env()
     argv = [sys.executable, "-c", _IMPORTS]
-    subprocess.run(argv, env=env, check=True, capture_output=True)  # fills the bytecode cache
+    if not _common.QUICK:  # untimed: fills the bytecode cache
+        subprocess.run(argv, env=env, check=True, capture_output=True)
     samples = []
     for _ in range(repeats):
         out = subprocess.run(argv, env=env, check=True, capture_output=True, text=True)
@@ -190,9 +195,10 @@ def cold_start(repeats: int, vendors: tuple[str, ...] = ("anthropic", "openai"))
             ours: list[tuple[float, float]] = []
             base: list[tuple[float, float]] = []
             floor: list[tuple[float, float]] = []
-            _once(server, ours_argv, env)  # untimed: fills the bytecode cache
-            _once(server, base_argv, env)
-            _once(server, floor_argv, env)
+            if not _common.QUICK:  # untimed: fills the bytecode cache
+                _once(server, ours_argv, env)
+                _once(server, base_argv, env)
+                _once(server, floor_argv, env)
             for _ in range(repeats):  # interleaved, so that drift hits all alike
                 ours.append(_once(server, ours_argv, env))
                 base.append(_once(server, base_argv, env))

@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -34,6 +35,7 @@ import bench_http
 import bench_startup
 import bench_streams
 import bench_ui
+import _common
 from _chart import chart
 from _common import Row, table, write
 from _server import serve
@@ -214,9 +216,17 @@ def _child_env() -> dict[str, str]:
     by an untimed run), as for an installed package. ``PYTHONDONTWRITEBYTECODE=1`` in a
     development shell would otherwise have every start compile fanloop's sources (about
     40 ms) while the SDK baseline, installed with its bytecode, never does."""
+    if _common.QUICK:  # a smoke run: the ordinary cache, nothing to warm
+        return dict(os.environ)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPYCACHEPREFIX"] = _PYCACHE
     return env
+
+
+def _warm(argv: list[str], **kwargs: Any) -> None:
+    """An untimed run of ``argv`` that fills the private bytecode cache (not in a smoke run)."""
+    if not _common.QUICK:
+        subprocess.run(argv, check=True, **kwargs)
 
 
 def _subprocess_seconds(code: str, repeats: int) -> tuple[float, float]:
@@ -229,7 +239,7 @@ def _subprocess_seconds(code: str, repeats: int) -> tuple[float, float]:
     samples = []
     env = _child_env()
     cwd = Path(__file__).resolve().parent
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=cwd, env=env)  # warm the cache
+    _warm([sys.executable, "-c", code], cwd=cwd, env=env)
     for _ in range(repeats):
         out = subprocess.run(
             [sys.executable, "-c", probe, code],
@@ -250,7 +260,7 @@ def _subprocess_seconds(code: str, repeats: int) -> tuple[float, float]:
 def _importtime_ms(code: str, module: str, repeats: int) -> float:
     """Median cumulative ``python -X importtime`` figure of ``module`` (bytecode cache warm)."""
     env = _child_env()
-    subprocess.run([sys.executable, "-c", code], check=True, env=env)  # warm the cache
+    _warm([sys.executable, "-c", code], env=env)
     samples = []
     for _ in range(repeats):
         out = subprocess.run(
@@ -374,15 +384,17 @@ def main() -> None:
         help="concurrent runs per batch (SDK-direct at 10,000 takes minutes a batch)",
     )
     args = parser.parse_args()
-    quick = args.quick
+    quick = _common.QUICK = args.quick
     turns, repeats = (3, 1) if quick else (50, 5)
     sizes = [20] if quick else [int(n) for n in args.sizes.split(",")]
     baseline_sizes = set(sizes)
     rows: list[Row] = []
     started = time.perf_counter()
 
-    def step(label: str) -> None:
-        print(f"[{time.perf_counter() - started:6.1f} s] {label}", flush=True)
+    def step(label: str) -> None:  # wall and CPU time (this process and its children) so far
+        t = os.times()
+        cpu = t.user + t.system + t.children_user + t.children_system
+        print(f"[{time.perf_counter() - started:6.1f} s, CPU {cpu:6.1f} s] {label}", flush=True)
 
     step("per-turn time over HTTP")
     rows += anyio.run(bench_http.per_turn, turns, repeats)

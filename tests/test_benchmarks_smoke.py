@@ -1,9 +1,10 @@
 """The benchmark suite still runs: ``benchmarks/run.py --quick`` on tiny sizes.
 
 The figures of a quick run mean nothing; this only keeps the scripts from rotting. The quick run
-takes about 20 s of CPU (a minute or two on a busy 2-core machine), so its time bound is only a
-guard against a hang; it runs in a process group of its own, killed whole however the test ends
-(its model servers and workers are processes too).
+takes about 15 s of CPU, most of it Python processes starting (its children skip their bytecode
+warm-up runs, see ``_common.QUICK``; ``run.py`` prints each step's wall and CPU time so far), so
+its time bound is only a guard against a hang; it runs in a process group of its own, killed
+whole however the test ends (its model servers and workers are processes too).
 """
 
 from __future__ import annotations
