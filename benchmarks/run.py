@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import anyio
 
+import _common
 import bench_concurrency
 import bench_core
 import bench_durable
@@ -35,7 +36,6 @@ import bench_http
 import bench_startup
 import bench_streams
 import bench_ui
-import _common
 from _chart import chart
 from _common import Row, table, write
 from _server import serve
