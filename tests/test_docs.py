@@ -129,26 +129,34 @@ class Script:
 
 
 # Runs scripts as `python -W error NAME.py` would, NAME.cwd the working directory, NAME.home the
-# home, at most one per CPU at a time. Each is a process of its own, forked from one that has
+# home, at most one per CPU at a time; prints each one's name, exit code and wall seconds. Each is a process of its own, forked from one that has
 # imported what the examples import, so a block pays only for its own work (not half a second
 # to import the SDKs): the block still sees none of those names until it imports them.
 RUNNER = """
-import gc, os, runpy, sys
+import gc, os, runpy, sys, time
 
 for module in ("anyio", "pydantic", "httpx2", "fanloop", "fanloop.testing", "fanloop.tools",
                "fanloop.sessions", "fanloop.mcp", "fanloop.providers.anthropic",
-               "fanloop.providers.openai"):
+               "fanloop.providers.openai", "anthropic"):
     try:
         __import__(module)
     except ImportError:
         pass
 gc.freeze()  # the children's collector leaves those alone: no copying them page by page
 base, names = sys.argv[1], sys.argv[2:]
-running, codes = {}, {}
+running, codes, started, seconds = {}, {}, {}, {}
+
+
+def reap():
+    pid, status = os.wait()
+    name = running.pop(pid)
+    codes[name] = os.waitstatus_to_exitcode(status)
+    seconds[name] = time.monotonic() - started[name]
+
+
 for name in names:
     while len(running) >= (os.cpu_count() or 2):
-        pid, status = os.wait()
-        codes[running.pop(pid)] = os.waitstatus_to_exitcode(status)
+        reap()
     stem = os.path.join(base, name)
     pid = os.fork()
     if pid == 0:
@@ -159,17 +167,23 @@ for name in names:
         sys.argv, sys.path[0] = [stem + ".py"], base
         runpy.run_path(stem + ".py", run_name="__main__")
         raise SystemExit(0)
-    running[pid] = name
+    running[pid], started[name] = name, time.monotonic()
 while running:
-    pid, status = os.wait()
-    codes[running.pop(pid)] = os.waitstatus_to_exitcode(status)
+    reap()
 for name, code in codes.items():
-    print(name, code)
+    print(name, code, f"{seconds[name]:.2f}")
 """
 
 
+# A guard against a hang, not a speed bound: all the pages' scripts take about 20 s of CPU, and
+# a loaded 2-core machine can stretch that several times over.
+HANG = 600
+
+
 def run_scripts(scripts: Sequence[Script], base: Path) -> dict[str, str | None]:
-    """Run each script as by itself; return what went wrong with each (None: nothing)."""
+    """Run each script as by itself; return what went wrong with each (None: nothing).
+
+    Prints the slowest scripts' wall times (shown with ``pytest -s``, or on a failure)."""
     for script in scripts:
         (base / f"{script.name}.py").write_text(script.code)
         (base / f"{script.name}.cwd").mkdir()
@@ -184,13 +198,16 @@ def run_scripts(scripts: Sequence[Script], base: Path) -> dict[str, str | None]:
         start_new_session=True,  # its group: the runner and every script it forked
     )
     try:
-        stdout, stderr = runner.communicate(timeout=100)
+        stdout, stderr = runner.communicate(timeout=HANG)
     finally:  # whatever ends the wait: a script that started a process of its own leaves none
         with contextlib.suppress(ProcessLookupError):
             os.killpg(runner.pid, signal.SIGKILL)
         runner.communicate()
     assert runner.returncode == 0, stderr
-    codes = {name: int(code) for name, code in (line.split() for line in stdout.splitlines())}
+    lines = [line.split() for line in stdout.splitlines()]
+    codes = {name: int(code) for name, code, _ in lines}
+    slowest = sorted(lines, key=lambda line: -float(line[2]))[:5]
+    print("slowest scripts:", ", ".join(f"{name} {seconds} s" for name, _, seconds in slowest))
     return {s.name: s.problem(codes[s.name], (base / f"{s.name}.err").read_text()) for s in scripts}
 
 
@@ -204,11 +221,15 @@ def page_scripts(page: Path) -> list[Script]:
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str | None]:
-    """Every page's scripts, run together (one start-up for all: the suite stays fast)."""
+    """Every page's scripts, run together (one start-up for all: the suite stays fast). The
+    longest first (a page whose blocks build on each other is one long script: mcp.md's starts
+    seven MCP servers), so that the others fill the other CPUs meanwhile, not after it."""
     scripts = [script for page in pages() for script in page_scripts(page)]
+    scripts.sort(key=lambda script: -len(script.code))
     return run_scripts(scripts, tmp_path_factory.mktemp("docs"))
 
 
+@pytest.mark.timeout(HANG + 120)  # the first one waits for the fixture
 @pytest.mark.parametrize("page", pages(), ids=lambda p: p.name)
 def test_examples_run(page: Path, outcomes: dict[str, str | None]) -> None:
     problems = [outcomes[s.name] for s in page_scripts(page) if outcomes[s.name]]
@@ -230,6 +251,7 @@ def test_a_block_runs_as_it_stands(tmp_path: Path) -> None:
     assert (problems["b3"] or "").startswith("page.md line 13 (block 3)")
 
 
+@pytest.mark.timeout(HANG + 120)
 @pytest.mark.parametrize("page", setup_pages(), ids=lambda p: p.name)
 def test_pytest_setups_run(page: Path, tmp_path: Path) -> None:
     setups: dict[str, dict[str, str]] = defaultdict(dict)
@@ -252,7 +274,7 @@ def test_pytest_setups_run(page: Path, tmp_path: Path) -> None:
             env=clean_env(tmp_path),
             capture_output=True,
             text=True,
-            timeout=100,
+            timeout=HANG,
         )
         if out.returncode == 0 and " passed" in out.stdout and "not natively" not in out.stdout:
             return None
