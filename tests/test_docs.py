@@ -129,9 +129,10 @@ class Script:
 
 
 # Runs scripts as `python -W error NAME.py` would, NAME.cwd the working directory, NAME.home the
-# home, at most one per CPU at a time; prints each one's name, exit code and wall seconds. Each is a process of its own, forked from one that has
-# imported what the examples import, so a block pays only for its own work (not half a second
-# to import the SDKs): the block still sees none of those names until it imports them.
+# home, at most one per CPU at a time; prints each one's name, exit code and wall seconds. Each
+# is a process of its own, forked from one that has imported what the examples import (the
+# anthropic SDK too: its examples would each spend a second importing it), so a block pays only
+# for its own work: the block still sees none of those names until it imports them.
 RUNNER = """
 import gc, os, runpy, sys, time
 

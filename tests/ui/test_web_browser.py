@@ -86,7 +86,7 @@ def chromium(profile: Path) -> Iterator[Any]:
 def demo(tmp_path: Path) -> Iterator[WebServer]:
     home = tmp_path / "home"
     home.mkdir()
-    web = WebServer("--demo", env=web_env(home))
+    web = WebServer("--demo", "--fast", env=web_env(home))  # no pauses: every wait is on the page
     try:
         yield web
     finally:

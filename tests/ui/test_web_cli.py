@@ -64,7 +64,7 @@ def test_the_demo_serves_the_page_its_files_and_a_favicon(home: Path) -> None:
 
 def test_both_protocols_are_served_and_sessions_are_shared(home: Path) -> None:
     with (
-        WebServer("--demo", env=web_env(home)) as web,
+        WebServer("--demo", "--fast", env=web_env(home)) as web,  # no pauses: nothing to watch
         httpx2.Client(base_url=web.base, trust_env=False, timeout=30) as client,
     ):
         assert client.get("/api/info").json()["endpoints"] == {"ag_ui": True, "vercel": True}
@@ -121,7 +121,7 @@ def test_a_new_session_wants_json(home: Path) -> None:
 
 
 def test_ctrl_c_while_a_run_streams_stops_it_cleanly(home: Path) -> None:
-    web = WebServer("--demo", env=web_env(home))
+    web = WebServer("--demo", env=web_env(home))  # not --fast: the run must still stream
     try:
         body = {
             "threadId": "t-stop",
@@ -186,6 +186,18 @@ def test_options_without_meaning_on_the_page_are_refused(flag: str, home: Path) 
         timeout=30,
     )
     assert done.returncode == 2 and flag in done.stderr
+
+
+def test_fast_is_only_for_the_demo(home: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "fanloop", "web", "--fast"],
+        env=web_env(home),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2 and "--fast is for --demo" in done.stderr
+    assert not done.stdout  # it never listened
 
 
 def test_with_a_token_every_request_carries_it(home: Path) -> None:

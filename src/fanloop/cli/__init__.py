@@ -192,6 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
     web.add_argument(
         "--demo", action="store_true", help="the scripted demo model: no key, no network"
     )
+    web.add_argument(
+        "--fast", action="store_true", help="with --demo: no pauses (text arrives at once)"
+    )
     web.add_argument("--port", type=_port, default=8765, help="default: 8765 (0: any free port)")
     web.add_argument(
         "--host",

@@ -599,6 +599,8 @@ async def cmd_web(args: argparse.Namespace, console: Console) -> int:
             )
     if args.demo and args.agent:
         raise CommandError("give either --demo or an agent, not both", EXIT_CONFIG)
+    if getattr(args, "fast", False) and not args.demo:
+        raise CommandError("--fast is for --demo: it takes the demo's pauses out", EXIT_CONFIG)
     if getattr(args, "mcp", None) and (args.demo or args.agent):
         raise CommandError(
             "--mcp adds tools to the agent the options describe, not to --demo or "
@@ -608,7 +610,7 @@ async def cmd_web(args: argparse.Namespace, console: Console) -> int:
     async with AsyncExitStack() as stack:
         store: Store
         if args.demo:
-            agent, model = await _demo_agent(stack)
+            agent, model = await _demo_agent(stack, fast=getattr(args, "fast", False))
             store = MemoryStore()
         else:
             if args.agent:
@@ -647,21 +649,24 @@ def _store_name(store: Store) -> str:
     return "memory" if isinstance(store, MemoryStore) else store_label(store)
 
 
-async def _demo_agent(stack: AsyncExitStack) -> tuple[Agent[Any, Any], str]:
+async def _demo_agent(stack: AsyncExitStack, *, fast: bool = False) -> tuple[Agent[Any, Any], str]:
     """The agent of ``--demo``: the scripted chat model behind a fake server on 127.0.0.1,
-    driven through the real OpenAI provider; ``write_file`` works in a temporary folder."""
+    driven through the real OpenAI provider; ``write_file`` works in a temporary folder.
+    ``fast``: no pauses (``--fast``, what the tests run)."""
     import httpx2
 
     from ..providers.openai import OpenAIProvider
     from ..testing import FakeLLMServer
     from ..tools import WriteFileTool
-    from ._demo import MODEL, WEB, ChatScript, chat_tools
+    from ._demo import FAST, MODEL, WEB, ChatScript, chat_tools
+
+    pace = FAST if fast else WEB
 
     workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="fanloop-web-"))
     server = FakeLLMServer(
         responder=ChatScript(),
-        delta_delay=WEB.delta_delay,
-        chars_per_delta=WEB.chars_per_delta,
+        delta_delay=pace.delta_delay,
+        chars_per_delta=pace.chars_per_delta,
         record=False,
     )
     await stack.enter_async_context(server)
@@ -673,7 +678,7 @@ async def _demo_agent(stack: AsyncExitStack) -> tuple[Agent[Any, Any], str]:
         provider,
         system="You are fanloop's demo assistant.",
         tools=[WriteFileTool(root=workdir, read_cache=False)],
-        delegation=Delegation(tools=chat_tools(WEB)),
+        delegation=Delegation(tools=chat_tools(pace)),
         memory=False,
         workspace=workdir,
         limits=Limits(max_turns=10),
