@@ -20,7 +20,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -374,6 +376,37 @@ async def core_metrics(repeats: int) -> list[Row]:
     return rows
 
 
+def run_steps(steps: list[tuple[str, Callable[[], list[Row]]]], *, concurrently: bool) -> list[Row]:
+    """Every step's rows, in the steps' order. One after another for figures; in a smoke run
+    (``--quick``: figures that mean nothing) side by side, three at a time, since most of a
+    quick step's time is Python processes starting and waits on model latency. Each step is
+    announced with the wall and CPU time (this process and its children) so far."""
+    started = time.perf_counter()
+    lock = threading.Lock()
+
+    def say(label: str) -> None:
+        t = os.times()
+        cpu = t.user + t.system + t.children_user + t.children_system
+        with lock:
+            print(f"[{time.perf_counter() - started:6.1f} s, CPU {cpu:6.1f} s] {label}", flush=True)
+
+    def run(label: str, fn: Callable[[], list[Row]]) -> list[Row]:
+        say(label)
+        got = fn()
+        if concurrently:
+            say(f"{label}: done")
+        return got
+
+    if concurrently:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+            jobs = [pool.submit(run, label, fn) for label, fn in steps]
+            results = [job.result() for job in jobs]
+    else:
+        results = [run(label, fn) for label, fn in steps]
+    say("done")
+    return [row for result in results for row in result]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
@@ -388,42 +421,54 @@ def main() -> None:
     turns, repeats = (3, 1) if quick else (50, 5)
     sizes = [20] if quick else [int(n) for n in args.sizes.split(",")]
     baseline_sizes = set(sizes)
-    rows: list[Row] = []
-    started = time.perf_counter()
-
-    def step(label: str) -> None:  # wall and CPU time (this process and its children) so far
-        t = os.times()
-        cpu = t.user + t.system + t.children_user + t.children_system
-        print(f"[{time.perf_counter() - started:6.1f} s, CPU {cpu:6.1f} s] {label}", flush=True)
-
-    step("per-turn time over HTTP")
-    rows += anyio.run(bench_http.per_turn, turns, repeats)
-    step("concurrent runs")
-    rows += concurrency(sizes, baseline_sizes, 1 if quick else 3)
-    step("fan-out")
     calls = 4 if quick else 32
-    rows.append(anyio.run(fan_out, False, calls, 1 if quick else 3))
-    rows.append(anyio.run(fan_out, True, calls, 1 if quick else 3))
-    step("streamed deltas")
-    rows += anyio.run(bench_http.deltas, 200 if quick else 5000, 1 if quick else 5)
-    step("one long stream vs the aiohttp floor")
-    rows += streams_long(200 if quick else 5000, 1 if quick else 7)
-    step("many streaming consumers vs the aiohttp floor")
-    rows += streams_many([20] if quick else [500, 2000], 10 if quick else 100, 1 if quick else 3)
-    step("import and agent creation")
-    rows += startup(1 if quick else 7, 100 if quick else 10_000)
-    step("cold start: `import fanloop` and `fanloop run` to its first request")
-    rows += bench_startup.import_ratio(1 if quick else 15)
-    rows += bench_startup.cold_start(1 if quick else 7)
-    step("core loop overhead (ScriptedProvider)")
-    rows += anyio.run(core, 1 if quick else 15)
-    step("core loop with OpenTelemetry metrics (ScriptedProvider)")
-    rows += anyio.run(core_metrics, 1 if quick else 15)
-    step("durable runs (PostgreSQL)")
-    rows += anyio.run(bench_durable.per_turn, 3 if quick else 20, 1 if quick else 5)
-    step("AG-UI endpoint: concurrent SSE clients")
-    rows += bench_ui.rows(20 if quick else 500)
-    step("done")
+    steps: list[tuple[str, Callable[[], list[Row]]]] = [
+        ("per-turn time over HTTP", lambda: anyio.run(bench_http.per_turn, turns, repeats)),
+        ("concurrent runs", lambda: concurrency(sizes, baseline_sizes, 1 if quick else 3)),
+        (
+            "fan-out",
+            lambda: [
+                anyio.run(fan_out, False, calls, 1 if quick else 3),
+                anyio.run(fan_out, True, calls, 1 if quick else 3),
+            ],
+        ),
+        (
+            "streamed deltas",
+            lambda: anyio.run(bench_http.deltas, 200 if quick else 5000, 1 if quick else 5),
+        ),
+        (
+            "one long stream vs the aiohttp floor",
+            lambda: streams_long(200 if quick else 5000, 1 if quick else 7),
+        ),
+        (
+            "many streaming consumers vs the aiohttp floor",
+            lambda: streams_many(
+                [20] if quick else [500, 2000], 10 if quick else 100, 1 if quick else 3
+            ),
+        ),
+        (
+            "import and agent creation",
+            lambda: startup(1 if quick else 7, 100 if quick else 10_000),
+        ),
+        (
+            "cold start: `import fanloop` and `fanloop run` to its first request",
+            lambda: (
+                bench_startup.import_ratio(1 if quick else 15)
+                + bench_startup.cold_start(1 if quick else 7)
+            ),
+        ),
+        ("core loop overhead (ScriptedProvider)", lambda: anyio.run(core, 1 if quick else 15)),
+        (
+            "core loop with OpenTelemetry metrics (ScriptedProvider)",
+            lambda: anyio.run(core_metrics, 1 if quick else 15),
+        ),
+        (
+            "durable runs (PostgreSQL)",
+            lambda: anyio.run(bench_durable.per_turn, 3 if quick else 20, 1 if quick else 5),
+        ),
+        ("AG-UI endpoint: concurrent SSE clients", lambda: bench_ui.rows(20 if quick else 500)),
+    ]
+    rows = run_steps(steps, concurrently=quick)
     text = table(rows)
     header = (
         "# fanloop benchmarks\n\n"

@@ -2,8 +2,9 @@
 
 The figures of a quick run mean nothing; this only keeps the scripts from rotting. The quick run
 takes about 15 s of CPU, most of it Python processes starting (its children skip their bytecode
-warm-up runs, see ``_common.QUICK``; ``run.py`` prints each step's wall and CPU time so far), so
-its time bound is only a guard against a hang; it runs in a process group of its own, killed
+warm-up runs, see ``_common.QUICK``), its steps three at a time (``run.py``'s ``run_steps``,
+which prints each step's start and end with the wall and CPU time so far), so its time bound is
+only a guard against a hang; it runs in a process group of its own, killed
 whole however the test ends (its model servers and workers are processes too).
 """
 
