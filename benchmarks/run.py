@@ -376,11 +376,18 @@ async def core_metrics(repeats: int) -> list[Row]:
     return rows
 
 
-def run_steps(steps: list[tuple[str, Callable[[], list[Row]]]], *, concurrently: bool) -> list[Row]:
+def run_steps(
+    steps: list[tuple[str, Callable[[], list[Row]]]],
+    *,
+    concurrently: bool,
+    first: tuple[str, ...] = (),
+) -> list[Row]:
     """Every step's rows, in the steps' order. One after another for figures; in a smoke run
     (``--quick``: figures that mean nothing) side by side, three at a time, since most of a
-    quick step's time is Python processes starting and waits on model latency. Each step is
-    announced with the wall and CPU time (this process and its children) so far."""
+    quick step's time is Python processes starting and waits on model latency; the steps
+    labelled in ``first`` (the longest) start first, so that none of them is left running
+    alone at the end. Each step is announced with the wall and CPU time (this process and its
+    children) so far."""
     started = time.perf_counter()
     lock = threading.Lock()
 
@@ -399,8 +406,9 @@ def run_steps(steps: list[tuple[str, Callable[[], list[Row]]]], *, concurrently:
 
     if concurrently:
         with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
-            jobs = [pool.submit(run, label, fn) for label, fn in steps]
-            results = [job.result() for job in jobs]
+            order = sorted(steps, key=lambda step: step[0] not in first)
+            jobs = {label: pool.submit(run, label, fn) for label, fn in order}
+            results = [jobs[label].result() for label, _ in steps]
     else:
         results = [run(label, fn) for label, fn in steps]
     say("done")
@@ -422,6 +430,8 @@ def main() -> None:
     sizes = [20] if quick else [int(n) for n in args.sizes.split(",")]
     baseline_sizes = set(sizes)
     calls = 4 if quick else 32
+    cold_start = "cold start: `import fanloop` and `fanloop run` to its first request"
+    creation = "import and agent creation"
     steps: list[tuple[str, Callable[[], list[Row]]]] = [
         ("per-turn time over HTTP", lambda: anyio.run(bench_http.per_turn, turns, repeats)),
         ("concurrent runs", lambda: concurrency(sizes, baseline_sizes, 1 if quick else 3)),
@@ -447,11 +457,11 @@ def main() -> None:
             ),
         ),
         (
-            "import and agent creation",
+            creation,
             lambda: startup(1 if quick else 7, 100 if quick else 10_000),
         ),
         (
-            "cold start: `import fanloop` and `fanloop run` to its first request",
+            cold_start,
             lambda: (
                 bench_startup.import_ratio(1 if quick else 15)
                 + bench_startup.cold_start(1 if quick else 7)
@@ -468,7 +478,7 @@ def main() -> None:
         ),
         ("AG-UI endpoint: concurrent SSE clients", lambda: bench_ui.rows(20 if quick else 500)),
     ]
-    rows = run_steps(steps, concurrently=quick)
+    rows = run_steps(steps, concurrently=quick, first=(cold_start, creation, "concurrent runs"))
     text = table(rows)
     header = (
         "# fanloop benchmarks\n\n"
