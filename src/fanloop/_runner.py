@@ -14,7 +14,7 @@ import anyio
 from ._approvals import check_no_pending
 from ._dispatch import Emitter
 from ._handoff import enter_active_agent
-from ._log import bind, logger, unbind
+from ._log import bind_run, logger, unbind
 from ._loop import run_loop
 from ._result import RunResult, TerminationReason
 from ._run import CLEANUP_GRACE, RunState, dynamic_system
@@ -110,7 +110,7 @@ async def start_run(
             run.system = await dynamic_system(agent.system, run)
         if session is not None:  # a resume goes on with the agent a handoff left in charge
             await enter_active_agent(run, resumed=before is not None)
-        log_tokens = bind(run_id=run.run_id, agent_path="/".join(path))
+        log_tokens = bind_run(run.run_id, path)
         try:
             return await run_observed(agent, run, prompt, before, parent is None, session)
         finally:
@@ -133,7 +133,7 @@ async def run_observed(
     observer = agent.observer if root else None
     result: RunResult | None = None
     error: BaseException | None = None
-    with observer.conversation() if observer is not None else nullcontext():
+    with observer.conversation() if observer is not None else _NO_OBSERVER:
         if observer is not None:
             notify(
                 observer,
@@ -209,14 +209,20 @@ async def run_observed(
     return result
 
 
-async def run_with_deadline(run: RunState, *, deadline: bool) -> RunResult[Any]:
+def run_with_deadline(run: RunState, *, deadline: bool) -> Awaitable[RunResult[Any]]:
     """The loop of ``run``, under its agent's ``timeout`` when ``deadline`` is set (the run
-    ends with ``deadline`` when it passes)."""
+    ends with ``deadline`` when it passes). Await it."""
     agent = run.agent
     timeout = agent.limits.timeout
     loop = run_loop if agent._guard is None else agent._guard.run  # guardrails around it
     if not deadline or timeout is None:
-        return await loop(run)
+        return loop(run)  # no coroutine of its own around the loop's
+    return _under_deadline(run, loop, timeout)
+
+
+async def _under_deadline(
+    run: RunState, loop: Callable[[RunState], Awaitable[RunResult | None]], timeout: float
+) -> RunResult[Any]:
     result: RunResult | None = None
     with anyio.CancelScope(deadline=run.set_deadline(timeout)):
         result = await loop(run)
@@ -226,6 +232,8 @@ async def run_with_deadline(run: RunState, *, deadline: bool) -> RunResult[Any]:
         )
     return result
 
+
+_NO_OBSERVER = nullcontext()  # reusable: one for every run without an observer
 
 FINAL_EVENT_GRACE = CLEANUP_GRACE
 """Seconds the final ``run_finished`` event may take to deliver once the run is cancelled."""
