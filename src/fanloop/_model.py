@@ -372,17 +372,17 @@ async def call_model(run: RunState, request: ModelRequest) -> ModelResponse:
     agent = run.agent
     policy = agent.retry
     emitter = run.emitter
-    emit = emitter.emit
-    deltas: Emit | None = emit if emitter.wants_deltas else None
+    # (no bound ``emit`` kept in this frame while the call waits: one object less per run)
+    deltas: Emit | None = emitter.emit if emitter.wants_deltas else None
     if deltas is not None and not agent.output.is_text and emitter.wants("output_partial"):
-        deltas = agent.output.partial_emitter(emit, agent.native_output)
+        deltas = agent.output.partial_emitter(emitter.emit, agent.native_output)
     attempt = 0
     while True:
         attempt += 1
         run.step += 1
         step = run.step
         if emitter.wants("request_started"):
-            await emit(RequestStarted(request, run.turns, attempt, step))
+            await emitter.emit(RequestStarted(request, run.turns, attempt, step))
         progress = Progress()
         try:
             response = await agent.invoke(request, deltas, progress)
@@ -405,13 +405,13 @@ async def call_model(run: RunState, request: ModelRequest) -> ModelResponse:
                 step=step,
                 message=str(error),
             )
-            await emit(ModelFailed(error, attempt, step))
+            await emitter.emit(ModelFailed(error, attempt, step))
             raise error
         delay = policy.delay(attempt, error)
         logger.info(
             "model_call_retry", error=type(error).__name__, attempt=attempt, step=step, delay=delay
         )
-        await emit(RetryScheduled(attempt, delay, error, progress.emitted, step))
+        await emitter.emit(RetryScheduled(attempt, delay, error, progress.emitted, step))
         await anyio.sleep(delay)
         if (stop := send_guard(run)) is not None:
             raise Halted(stop) from error
