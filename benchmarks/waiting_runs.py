@@ -1,9 +1,9 @@
 """What a run holds while it waits for the model: objects the collector tracks and heap bytes.
 
 ``python benchmarks/waiting_runs.py -n 1000 --side fanloop,floor`` starts a FakeLLMServer (in
-its own process) that holds every response for a minute, then, in a fresh child process per
+its own process) that holds the response it is asked to hold for ten minutes, then, in a fresh child process per
 side, starts ``n`` 3-turn runs of ``bench_concurrency.py`` at once, waits until they all sit
-on the server, and counts what they hold: ``gc.get_objects()`` against a count taken before
+on the server in their ``--turn``-th model call (the first by default), and counts what they hold: ``gc.get_objects()`` against a count taken before
 they started (per run, by type) and ``tracemalloc``'s heap (per run, by where it was
 allocated). ``--top`` sets how many types and allocation sites are listed; ``--cpu-n`` also
 times the CPU cost of starting that many runs until they all wait (no tracemalloc then).
@@ -21,8 +21,6 @@ import sys
 import time
 import tracemalloc
 from typing import Any
-
-HOLD = 120.0  # seconds the server holds every response
 
 
 async def _settle(previous: int) -> int:
@@ -143,8 +141,9 @@ def main() -> None:
     p.add_argument("--side", default="fanloop,floor")
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--cpu-n", type=int, default=0)
+    p.add_argument("--turn", type=int, default=1, help="the model call the runs wait in (1-3)")
     a = p.parse_args()
-    with serve(tool_turns=2, latency=HOLD) as url:
+    with serve(tool_turns=2, hold_turn=a.turn) as url:
         for side in a.side.split(","):
             argv = [sys.executable, __file__, "child", side, f"--url={url}"]
             res = _child([*argv, f"-n={a.n}", f"--top={a.top}"])
