@@ -1,12 +1,13 @@
 """What a run holds while it waits for the model: objects the collector tracks and heap bytes.
 
 ``python benchmarks/waiting_runs.py -n 1000 --side fanloop,floor`` starts a FakeLLMServer (in
-its own process) that holds the response it is asked to hold for ten minutes, then, in a fresh child process per
-side, starts ``n`` 3-turn runs of ``bench_concurrency.py`` at once, waits until they all sit
-on the server in their ``--turn``-th model call (the first by default), and counts what they hold: ``gc.get_objects()`` against a count taken before
-they started (per run, by type) and ``tracemalloc``'s heap (per run, by where it was
-allocated). ``--top`` sets how many types and allocation sites are listed; ``--cpu-n`` also
-times the CPU cost of starting that many runs until they all wait (no tracemalloc then).
+its own process) that holds each conversation's ``--turn``-th model call (the first by
+default) for ten minutes, then, in a fresh child process per side, starts ``n`` 3-turn runs of
+``bench_concurrency.py`` at once, waits until they all sit on the server, and counts what
+they hold: ``gc.get_objects()`` against a count taken before they started (per run, by type)
+and ``tracemalloc``'s heap (per run, by where it was allocated). ``--top`` sets how many types
+and allocation sites are listed; ``--cpu-n`` also times the CPU cost of starting that many
+runs until they all wait (no tracemalloc then).
 """
 
 from __future__ import annotations
