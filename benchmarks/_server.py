@@ -60,6 +60,20 @@ def make_responder(tool_turns: int, answer: str) -> Any:
     return responder
 
 
+def holding(responder: Any, turn: int) -> Any:
+    """``responder``, but the answer to a conversation's ``turn``-th request (1-based) is held
+    for ten minutes: the clients wait there (``benchmarks/waiting_runs.py --turn``)."""
+
+    async def held(body: dict[str, Any]) -> Any:
+        import asyncio
+
+        if tool_results(body) + 1 >= turn:
+            await asyncio.sleep(600)
+        return responder(body)
+
+    return held
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tool-turns", type=int, default=0)
@@ -68,12 +82,16 @@ def main() -> None:
     parser.add_argument("--chars-per-delta", type=int, default=12)
     parser.add_argument("--delta-delay", type=float, default=0.0)
     parser.add_argument("--cpu", type=int, default=None)
+    parser.add_argument("--hold-turn", type=int, default=None)
     args = parser.parse_args()
     if args.cpu is not None:
         pin(args.cpu)
     answer = ("All done, here is the answer. " * (args.answer_chars // 30 + 1))[: args.answer_chars]
+    responder = make_responder(args.tool_turns, answer)
+    if args.hold_turn is not None:
+        responder = holding(responder, args.hold_turn)
     with FakeLLMServer(
-        responder=make_responder(args.tool_turns, answer),
+        responder=responder,
         latency=args.latency,
         chars_per_delta=args.chars_per_delta,
         delta_delay=args.delta_delay,
@@ -105,6 +123,7 @@ def serve(
     chars_per_delta: int = 12,
     delta_delay: float = 0.0,
     cpu: int | None = None,
+    hold_turn: int | None = None,
 ) -> Iterator[str]:
     """Run the server in a child process (pinned to core ``cpu`` when given); yields its
     ``http://127.0.0.1:PORT``."""
@@ -119,6 +138,8 @@ def serve(
     ]
     if cpu is not None:
         argv.append(f"--cpu={cpu}")
+    if hold_turn is not None:
+        argv.append(f"--hold-turn={hold_turn}")
     with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
         assert proc.stdout is not None
         assert proc.stdin is not None

@@ -347,6 +347,75 @@ async def test_a_stream_that_sends_no_content_is_a_transient_timeout() -> None:
     assert time.monotonic() - started < 5
 
 
+async def test_an_idle_timeout_leaves_no_cancellation_behind() -> None:
+    """The watch cancels the reading task itself and takes that cancellation back: after a
+    ProviderTimeout the task is not cancelling, and the run's next await is not cancelled."""
+    import asyncio
+
+    policy = RetryPolicy(max_retries=1, base_delay=0, jitter=False, stream_idle_timeout=0.1)
+    task = asyncio.current_task()
+    assert task is not None
+    with anyio.fail_after(10):
+        with pytest.raises(ProviderTimeout):
+            await Agent(SilentProvider(), retry=policy).run("hello")
+    assert task.cancelling() == 0
+    await anyio.sleep(0.01)  # not cancelled
+
+
+class OuterCancelProvider:
+    """Its stream waits; the test's caller cancels the run's scope in the same loop step as
+    the idle watch fires, the worst case for telling the two cancellations apart."""
+
+    name = "outer"
+    model = "outer-model"
+
+    def __init__(self, outer: anyio.CancelScope) -> None:
+        self.outer = outer
+        self.attempts = 0
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:  # pragma: no cover
+        raise NotImplementedError
+
+    @asynccontextmanager
+    async def stream(self, request: ModelRequest) -> AsyncIterator[AsyncIterator[Any]]:
+        from fanloop._model import _WATCHDOGS
+
+        self.attempts += 1
+
+        async def events() -> AsyncIterator[Any]:
+            import asyncio
+
+            (dog,) = [_WATCHDOGS[asyncio.get_running_loop()]]
+            (watch,) = [w for w in dog.watches if w.task is asyncio.current_task()]
+
+            def both() -> None:  # as the watchdog does it, and the caller's cancel with it
+                self.outer.cancel()
+                dog.watches.discard(watch)
+                watch.fired = True
+                watch.task.cancel()
+
+            asyncio.get_running_loop().call_soon(both)
+            await anyio.Event().wait()
+            yield  # pragma: no cover
+
+        yield events()
+
+
+async def test_a_cancel_from_outside_that_lands_with_the_idle_timeout_wins() -> None:
+    import asyncio
+
+    policy = RetryPolicy(max_retries=0, stream_idle_timeout=30)
+    task = asyncio.current_task()
+    assert task is not None
+    with anyio.fail_after(10):
+        with anyio.CancelScope() as outer:  # a ProviderTimeout would escape it
+            provider = OuterCancelProvider(outer)
+            await Agent(provider, retry=policy).run("hello")
+    assert outer.cancelled_caught
+    assert provider.attempts == 1
+    assert task.cancelling() == 0
+
+
 class TrickleProvider:
     """Streams ``n`` deltas, ``gap`` seconds apart."""
 

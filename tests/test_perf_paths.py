@@ -239,3 +239,49 @@ def test_built_messages_share_one_field_set_that_never_changes() -> None:
     copied = a.model_copy(update={"role": "assistant"})
     assert copied.role == "assistant" and copied.model_fields_set is not a.model_fields_set
     assert b.model_fields_set == {"role", "content", "origin"}
+
+
+async def test_a_waiting_run_holds_none_of_what_it_builds_on_first_use() -> None:
+    """A run waiting on its model has no budget sets, no stall detector, no usage of its own
+    and no anyio cancel scope for the idle watch (each an object per run in flight); they are
+    built when used, and a run still counts usage, detects stalls and times out."""
+    import asyncio
+
+    from fanloop._model_types import zero_usage
+    from fanloop._scope import current_run
+
+    seen: dict[str, Any] = {}
+
+    class Waits(Streams):
+        async def complete(self, request: ModelRequest) -> ModelResponse:  # pragma: no cover
+            raise NotImplementedError
+
+        @asynccontextmanager
+        async def stream(self, request: ModelRequest) -> AsyncIterator[AsyncIterator[Any]]:
+            run = current_run()
+            assert run is not None
+            task = asyncio.current_task()
+            assert task is not None
+            seen.update(
+                probing=run.budget._probing,
+                warned=run.budget._warned,
+                stall=run.stall,
+                usage=run.usage,
+                budget_usage=run.budget.usage,
+                cancelling=task.cancelling(),
+            )
+            async with super().stream(request) as events:
+                yield events
+
+    policy = RetryPolicy(max_retries=0, stream_idle_timeout=30)
+    result = await Agent(Waits(2), retry=policy).run("go")
+    assert result.termination_reason is TerminationReason.COMPLETED
+    assert seen == {
+        "probing": None,
+        "warned": None,
+        "stall": None,
+        "usage": zero_usage(),
+        "budget_usage": zero_usage(),
+        "cancelling": 0,
+    }
+    assert seen["usage"] is seen["budget_usage"]  # one shared frozen instance

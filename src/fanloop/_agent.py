@@ -581,8 +581,23 @@ class Agent(Generic[DepsT, OutputT]):
             survives its retries raises its :class:`~fanloop.errors.ProviderError`, and
             cancellation propagates. Both carry the partial result as ``.partial``.
         """
-        return await self._execute(
-            prompt, messages=messages, session=session, deps=deps, model_settings=model_settings
+        active = self._active()
+        if active is not self:  # inside override(): the replacement runs instead
+            return await active._execute(
+                prompt,
+                messages=messages,
+                session=session,
+                deps=deps,
+                model_settings=model_settings,
+            )
+        # (not through _execute: a coroutine frame less for each run in flight)
+        return await start_run(
+            self,
+            prompt,
+            messages=messages,
+            session=session,
+            deps=deps,
+            model_settings=model_settings,
         )
 
     @refuse_migrant_names(RUN_NAMES)

@@ -46,6 +46,7 @@ from .events import (
     ToolFinished,
     ToolStarted,
 )
+from .limits import StallDetector
 from .messages import INVALID_ARGUMENTS_KEY, ToolCallPart, ToolResultPart, _build
 from .tools.base import FunctionTool, Tool, ToolResult, _current, to_result
 
@@ -215,10 +216,13 @@ async def run_batch(
         owner.tool_calls += granted
         owner = owner.parent
     prepared: list[_Call] = []
+    stall = run.stall
+    if stall is None:  # built on a run's first batch (a run that never calls a tool: never)
+        stall = run.stall = StallDetector(run.agent.limits.stall_threshold)
     for index, call in enumerate(calls):
         if results[index] is not None:
             continue  # finished before the batch was parked (a resumed batch)
-        count = run.stall.observe(call)
+        count = stall.observe(call)
         if count:
             await emit(StallDetected(call.name, count))
             if run.agent.limits.stop_on_stall:

@@ -25,7 +25,6 @@ from ._result import TerminationReason
 from ._run import _NO_OUTPUT, dynamic_system
 from .errors import ConfigurationError
 from .events import HandoffOccurred
-from .limits import StallDetector
 from .messages import Message, ToolCallPart
 from .tools.base import Tool, ToolResult, current_context
 
@@ -281,7 +280,7 @@ async def switch(run: RunState, spec: Handoff | None, call_id: str, target: Any 
     run.agent = agent
     run.settings = agent.model_settings
     run.max_tokens = agent.max_tokens
-    run.stall = StallDetector(agent.limits.stall_threshold)
+    run.stall = None  # the new agent's threshold, from its first batch on
     own_turns = agent.limits.max_turns  # turns count across the run: the tighter limit holds
     if own_turns is not None and (run.max_turns is None or own_turns < run.max_turns):
         run.max_turns = own_turns

@@ -9,9 +9,10 @@ standard library's default: warnings and errors (a tool or a callback of its own
 with its traceback) on stderr, nothing else, and never anything on stdout.
 
 Event names are fixed snake_case strings; values are key-value pairs. ``run_id``,
-``agent_path``, ``turn`` and ``tool_call_id`` are bound through structlog's contextvars by the
-loop (see :func:`bind`), so every line of a run carries them; in a process that has not
-imported structlog they are kept in fanloop's own context variable instead.
+``agent_path`` are bound through structlog's contextvars by the loop (see :func:`bind_run`),
+so every line of a run carries them; in a process that has not imported structlog nothing is
+bound: a line takes them from the run the task works for (:func:`fanloop._scope.current_run`)
+when it is written, so a run that logs nothing pays nothing for them.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from contextvars import ContextVar
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from ._scope import current_run
+
 if TYPE_CHECKING:
     import logging
 
@@ -31,7 +34,7 @@ if TYPE_CHECKING:
 # pay for the import (tens of ms with rich installed: structlog's dev console loads it). Until
 # then a run's bound context lives in ``_BOUND``; lines to structlog carry it too.
 
-__all__ = ["bind", "logger", "unbind"]
+__all__ = ["bind", "bind_run", "logger", "unbind"]
 
 # logging's own values (DEBUG, INFO...): ``logging`` is imported by the first log line
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "exception": 40}
@@ -56,6 +59,8 @@ class _Logger:
     def _log(self, level: str, event: str, kw: dict[str, Any]) -> None:
         structlog = sys.modules.get("structlog")
         bound = _BOUND.get()
+        if structlog is None:
+            bound = {**_run_fields(), **bound}
         exc_info = bool(kw.pop("exc_info", False)) or level == "exception"
         if structlog is not None and _structlog_wanted():
             if exc_info and level != "exception":
@@ -115,6 +120,28 @@ def _structlog_wanted() -> bool:
 logger = _Logger()
 
 
+def _run_fields() -> Mapping[str, Any]:
+    """``run_id`` and ``agent_path`` of the run the current task works for (none outside)."""
+    run = current_run()
+    if run is None:
+        return _NOTHING
+    return {"run_id": run.run_id, "agent_path": "/".join(run.emitter.path)}
+
+
+_NOTHING: Mapping[str, Any] = MappingProxyType({})
+
+
+def bind_run(run_id: str, path: tuple[str, ...]) -> Mapping[str, Any] | None:
+    """Bind a run's ``run_id`` and ``agent_path`` for structlog (its contextvars, which the
+    application's own lines in the run carry too). Without structlog imported nothing is
+    bound (``None``): :class:`_Logger` finds them on the current run."""
+    if "structlog" not in sys.modules:
+        return None
+    from structlog.contextvars import bind_contextvars
+
+    return bind_contextvars(run_id=run_id, agent_path="/".join(path))
+
+
 def bind(**kw: Any) -> Mapping[str, Any]:
     """Bind context for every log line of the current task (and the tasks it starts).
 
@@ -127,8 +154,10 @@ def bind(**kw: Any) -> Mapping[str, Any]:
     return bind_contextvars(**kw)
 
 
-def unbind(tokens: Mapping[str, Any]) -> None:
-    """Restore the context :func:`bind` replaced."""
+def unbind(tokens: Mapping[str, Any] | None) -> None:
+    """Restore the context :func:`bind` (or :func:`bind_run`) replaced."""
+    if tokens is None:
+        return
     own = tokens.get(_OWN)
     if own is not None:
         _BOUND.reset(own)

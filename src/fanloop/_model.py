@@ -104,20 +104,20 @@ class IdleWatch:
     costs no timer of its own. Time spent handing an item to a slow consumer (backpressure)
     never counts. Keep-alive comments and pings produce no stream item, so they do not count
     as content.
+
+    It cancels the task that reads the stream with a plain ``Task.cancel()``, as
+    ``asyncio.timeout`` does, and :func:`watched` takes that one cancellation back: no
+    ``anyio`` cancel scope (an object, two sets and a bound method) per model call.
     """
 
-    __slots__ = ("_dog", "_loop", "busy", "fired", "idle", "last", "scope")
+    __slots__ = ("_dog", "_loop", "busy", "fired", "idle", "last", "task")
 
     def __init__(
-        self, idle: float, scope: anyio.CancelScope, loop: asyncio.AbstractEventLoop | None = None
+        self, idle: float, task: asyncio.Task[Any], loop: asyncio.AbstractEventLoop
     ) -> None:
-        if loop is None:
-            import asyncio
-
-            loop = asyncio.get_running_loop()
         self._loop = loop
         self.idle = idle
-        self.scope = scope
+        self.task = task
         self.busy = False
         self.fired = False
         self.last = self._loop.time()
@@ -176,7 +176,7 @@ class _Watchdog:
         for watch in idle:
             self.watches.discard(watch)
             watch.fired = True
-            watch.scope.cancel()
+            watch.task.cancel("fanloop: the model's stream went idle")
         if earliest < math.inf:
             self._arm(earliest, loop)
 
@@ -210,6 +210,21 @@ def _asyncio_loop() -> asyncio.AbstractEventLoop | None:
         return loop
     except RuntimeError:  # another backend (trio): no idle timer
         return None
+
+
+_IDLE: Any = object()
+
+
+def _current_task(loop: asyncio.AbstractEventLoop) -> asyncio.Task[Any] | None:
+    import asyncio
+
+    return asyncio.current_task(loop)
+
+
+def _is_cancelled(exc: BaseException) -> bool:
+    import asyncio
+
+    return isinstance(exc, asyncio.CancelledError)
 
 
 def make_invoker(provider: Any, idle_timeout: float | None = None) -> Invoker:
@@ -253,16 +268,40 @@ def make_invoker(provider: Any, idle_timeout: float | None = None) -> Invoker:
             request: ModelRequest, emit: Emit | None, progress: Progress
         ) -> ModelResponse:
             loop = None if idle_timeout is None else _asyncio_loop()
-            if idle_timeout is None or loop is None:
+            task = None if loop is None else _current_task(loop)
+            if idle_timeout is None or task is None:
                 response = await consume(request, emit, progress, None)
             else:
-                with anyio.CancelScope() as scope:
-                    watch = IdleWatch(idle_timeout, scope, loop)
-                    try:
-                        response = await consume(request, emit, progress, watch)
-                    finally:
-                        watch.close()
-                if watch.fired and scope.cancelled_caught:
+                assert loop is not None
+                # The watch cancels ``task`` when the stream goes idle; that one cancellation
+                # is taken back here (``Task.uncancel``, as ``asyncio.timeout`` does) when it
+                # was the watch's alone: one from elsewhere (the run's deadline, a caller's
+                # cancel scope) that landed as well goes on.
+                watch = IdleWatch(idle_timeout, task, loop)
+                before = task.cancelling()
+                taken_back = False
+                try:
+                    response = await consume(request, emit, progress, watch)
+                except BaseException as exc:
+                    if watch.fired:
+                        taken_back = True
+                        if (
+                            task.uncancel() <= before
+                            and _is_cancelled(exc)
+                            # an enclosing scope cancelled meanwhile (its own cancel may
+                            # not have reached the task yet): the run is cancelled instead
+                            and anyio.current_effective_deadline() != -math.inf
+                        ):
+                            response = _IDLE
+                        else:
+                            raise
+                    else:
+                        raise
+                finally:
+                    watch.close()
+                    if watch.fired and not taken_back:  # the work ended before it was told
+                        task.uncancel()
+                if response is _IDLE:
                     raise ProviderTimeout(
                         f"the model's stream sent no content for {idle_timeout:g} s",
                         provider=getattr(provider, "name", None),
@@ -333,17 +372,17 @@ async def call_model(run: RunState, request: ModelRequest) -> ModelResponse:
     agent = run.agent
     policy = agent.retry
     emitter = run.emitter
-    emit = emitter.emit
-    deltas: Emit | None = emit if emitter.wants_deltas else None
+    # (no bound ``emit`` kept in this frame while the call waits: one object less per run)
+    deltas: Emit | None = emitter.emit if emitter.wants_deltas else None
     if deltas is not None and not agent.output.is_text and emitter.wants("output_partial"):
-        deltas = agent.output.partial_emitter(emit, agent.native_output)
+        deltas = agent.output.partial_emitter(emitter.emit, agent.native_output)
     attempt = 0
     while True:
         attempt += 1
         run.step += 1
         step = run.step
         if emitter.wants("request_started"):
-            await emit(RequestStarted(request, run.turns, attempt, step))
+            await emitter.emit(RequestStarted(request, run.turns, attempt, step))
         progress = Progress()
         try:
             response = await agent.invoke(request, deltas, progress)
@@ -366,13 +405,13 @@ async def call_model(run: RunState, request: ModelRequest) -> ModelResponse:
                 step=step,
                 message=str(error),
             )
-            await emit(ModelFailed(error, attempt, step))
+            await emitter.emit(ModelFailed(error, attempt, step))
             raise error
         delay = policy.delay(attempt, error)
         logger.info(
             "model_call_retry", error=type(error).__name__, attempt=attempt, step=step, delay=delay
         )
-        await emit(RetryScheduled(attempt, delay, error, progress.emitted, step))
+        await emitter.emit(RetryScheduled(attempt, delay, error, progress.emitted, step))
         await anyio.sleep(delay)
         if (stop := send_guard(run)) is not None:
             raise Halted(stop) from error

@@ -80,6 +80,17 @@ class Usage(BaseModel):
         return self.total_input_tokens + self.output_tokens
 
 
+_ZERO: list[Usage] = []
+
+
+def zero_usage() -> Usage:
+    """One shared ``Usage()`` (it is frozen): what a run and a budget start from, without a
+    model instance (and its set of fields) of their own per run."""
+    if not _ZERO:
+        _ZERO.append(Usage())
+    return _ZERO[0]
+
+
 class ToolSpec(BaseModel):
     """A tool as the model sees it: name, description and JSON schema of its arguments."""
 

@@ -11,7 +11,7 @@ import anyio
 
 from ._dispatch import Emitter
 from ._ids import new_id
-from ._model_types import ModelRequest, ModelResponse, Usage
+from ._model_types import ModelRequest, ModelResponse, zero_usage
 from ._result import RunResult, TerminationReason
 from ._unicode import valid_models
 from .catalog import cost_of
@@ -118,8 +118,8 @@ class RunState:
         self.step = 0  # model requests sent, retries included (see RequestStarted)
         self.subagents = 0  # sub-agents started, for their own path elements
         self.tool_calls = 0
-        self.usage = Usage()
-        self.stall = StallDetector(agent.limits.stall_threshold)
+        self.usage = zero_usage()
+        self.stall: StallDetector | None = None  # built on the first tool call (_fanout)
         self.max_tokens = agent.max_tokens
         self.settings = agent.model_settings  # a run's own settings: see Agent._execute
         self.context_tokens = 0

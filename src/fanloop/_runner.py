@@ -14,7 +14,7 @@ import anyio
 from ._approvals import check_no_pending
 from ._dispatch import Emitter
 from ._handoff import enter_active_agent
-from ._log import bind, logger, unbind
+from ._log import bind_run, logger, unbind
 from ._loop import run_loop
 from ._result import RunResult, TerminationReason
 from ._run import CLEANUP_GRACE, RunState, dynamic_system
@@ -51,7 +51,7 @@ SystemFn = Callable[..., "str | Awaitable[str | None] | None"]
 :class:`~fanloop.RunContext` (``ctx.deps``, ``ctx.run_id``...)."""
 
 
-async def start_run(
+def start_run(
     agent: Agent[Any, Any],
     prompt: Prompt | None,
     *,
@@ -65,8 +65,11 @@ async def start_run(
     model_settings: ModelSettings | None = None,
     label: str | None = None,
     trace_context: dict[str, str] | None = None,
-) -> RunResult[Any]:
-    """Run ``agent`` on ``prompt`` (see ``Agent._execute``; an override is resolved there)."""
+) -> Awaitable[RunResult[Any]]:
+    """Run ``agent`` on ``prompt`` (see ``Agent._execute``; an override is resolved there).
+
+    Await it: the arguments are checked and the run's state made here, the run itself is the
+    coroutine returned (one frame per run in flight, not two)."""
     settings = agent.model_settings
     if model_settings is not None:  # checked before anything happens
         settings = settings.merge(as_settings(model_settings))
@@ -104,19 +107,7 @@ async def start_run(
     if settings is not agent.model_settings:
         run.settings = settings
         run.max_tokens = settings.max_tokens or agent.max_tokens
-    current = enter_run(run)
-    try:
-        if callable(agent.system):
-            run.system = await dynamic_system(agent.system, run)
-        if session is not None:  # a resume goes on with the agent a handoff left in charge
-            await enter_active_agent(run, resumed=before is not None)
-        log_tokens = bind(run_id=run.run_id, agent_path="/".join(path))
-        try:
-            return await run_observed(agent, run, prompt, before, parent is None, session)
-        finally:
-            unbind(log_tokens)
-    finally:
-        leave_run(current)
+    return run_observed(agent, run, prompt, before, parent is None, session)
 
 
 async def run_observed(
@@ -128,95 +119,115 @@ async def run_observed(
     session: Session | None,
 ) -> RunResult[Any]:
     """The run, with the observer told of its start and end (a root run's observer only) and
-    ``run_finished`` delivered however it ends."""
-    emitter = run.emitter
-    observer = agent.observer if root else None
-    result: RunResult | None = None
-    error: BaseException | None = None
-    with observer.conversation() if observer is not None else nullcontext():
-        if observer is not None:
-            notify(
-                observer,
-                "on_conversation_start",
-                ConversationContext(
-                    run.run_id,
-                    agent.name,
-                    agent.provider_name,
-                    agent.model,
-                    agent.limits,
-                    session.id if session is not None else None,
-                ),
-            )
+    ``run_finished`` delivered however it ends; the current run (``_scope``) and its log
+    context are set for it."""
+    current = enter_run(run)
+    try:
+        if callable(agent.system):
+            run.system = await dynamic_system(agent.system, run)
+        if session is not None:  # a resume goes on with the agent a handoff left in charge
+            await enter_active_agent(run, resumed=before is not None)
+        log_tokens = bind_run(run.run_id, run.emitter.path)
         try:
-            await emitter.emit(
-                RunStarted(
-                    run.run_id,
-                    agent.name,
-                    agent.model,
-                    agent.provider_name,
-                    trace_context=run.trace_context,
-                )
-            )
-            if before is not None:
-                result = await before(run)
-            if result is None:
-                if prompt is not None:
-                    await run.append(user_message(prompt))
-                result = await run_with_deadline(run, deadline=root)
-        except ProviderError as exc:
-            error = exc
-            result = run.result(TerminationReason.PROVIDER_ERROR, detail=str(exc))
-            exc.partial = result
-            raise
-        except anyio.get_cancelled_exc_class() as exc:
-            error = exc
-            result = run.result(TerminationReason.CANCELLED, detail="the run was cancelled")
-            exc.partial = result  # type: ignore[attr-defined]
-            raise
-        except BaseException as exc:
-            error = exc
-            result = run.result(TerminationReason.UNKNOWN, detail=repr(exc))
-            logger.exception("run_failed")
-            raise
+            emitter = run.emitter
+            observer = agent.observer if root else None
+            result: RunResult | None = None
+            error: BaseException | None = None
+            with observer.conversation() if observer is not None else _NO_OBSERVER:
+                if observer is not None:
+                    notify(
+                        observer,
+                        "on_conversation_start",
+                        ConversationContext(
+                            run.run_id,
+                            agent.name,
+                            agent.provider_name,
+                            agent.model,
+                            agent.limits,
+                            session.id if session is not None else None,
+                        ),
+                    )
+                try:
+                    await emitter.emit(
+                        RunStarted(
+                            run.run_id,
+                            agent.name,
+                            agent.model,
+                            agent.provider_name,
+                            trace_context=run.trace_context,
+                        )
+                    )
+                    if before is not None:
+                        result = await before(run)
+                    if result is None:
+                        if prompt is not None:
+                            await run.append(user_message(prompt))
+                        result = await run_with_deadline(run, deadline=root)
+                except ProviderError as exc:
+                    error = exc
+                    result = run.result(TerminationReason.PROVIDER_ERROR, detail=str(exc))
+                    exc.partial = result
+                    raise
+                except anyio.get_cancelled_exc_class() as exc:
+                    error = exc
+                    result = run.result(TerminationReason.CANCELLED, detail="the run was cancelled")
+                    exc.partial = result  # type: ignore[attr-defined]
+                    raise
+                except BaseException as exc:
+                    error = exc
+                    result = run.result(TerminationReason.UNKNOWN, detail=repr(exc))
+                    logger.exception("run_failed")
+                    raise
+                finally:
+                    assert result is not None
+                    logger.debug(
+                        "run_finished",
+                        reason=str(result.termination_reason),
+                        turns=result.turns,
+                        tool_calls=result.tool_calls,
+                    )
+                    # Shielded so a cancelled run still reports how it ended, but only for a grace
+                    # period: a consumer that never returns cannot make the run uncancellable.
+                    with anyio.move_on_after(FINAL_EVENT_GRACE, shield=True):
+                        if root:
+                            await record_spend(session, result)
+                        await emitter.emit(RunFinished(result, error))
+                    if observer is not None:
+                        notify(
+                            observer,
+                            "on_conversation_end",
+                            ConversationSummary(
+                                run.run_id,
+                                result.termination_reason,
+                                result.turns,
+                                result.usage,
+                                result.elapsed,
+                                result.tool_calls,
+                                error,
+                            ),
+                        )
+            return result
+
         finally:
-            assert result is not None
-            logger.debug(
-                "run_finished",
-                reason=str(result.termination_reason),
-                turns=result.turns,
-                tool_calls=result.tool_calls,
-            )
-            # Shielded so a cancelled run still reports how it ended, but only for a grace
-            # period: a consumer that never returns cannot make the run uncancellable.
-            with anyio.move_on_after(FINAL_EVENT_GRACE, shield=True):
-                if root:
-                    await record_spend(session, result)
-                await emitter.emit(RunFinished(result, error))
-            if observer is not None:
-                notify(
-                    observer,
-                    "on_conversation_end",
-                    ConversationSummary(
-                        run.run_id,
-                        result.termination_reason,
-                        result.turns,
-                        result.usage,
-                        result.elapsed,
-                        result.tool_calls,
-                        error,
-                    ),
-                )
-    return result
+            unbind(log_tokens)
+    finally:
+        leave_run(current)
 
 
-async def run_with_deadline(run: RunState, *, deadline: bool) -> RunResult[Any]:
+def run_with_deadline(run: RunState, *, deadline: bool) -> Awaitable[RunResult[Any]]:
     """The loop of ``run``, under its agent's ``timeout`` when ``deadline`` is set (the run
-    ends with ``deadline`` when it passes)."""
+    ends with ``deadline`` when it passes). Await it."""
     agent = run.agent
     timeout = agent.limits.timeout
     loop = run_loop if agent._guard is None else agent._guard.run  # guardrails around it
     if not deadline or timeout is None:
-        return await loop(run)
+        return loop(run)  # no coroutine of its own around the loop's
+    return _under_deadline(run, loop, timeout)
+
+
+async def _under_deadline(
+    run: RunState, loop: Callable[[RunState], Awaitable[RunResult | None]], timeout: float
+) -> RunResult[Any]:
     result: RunResult | None = None
     with anyio.CancelScope(deadline=run.set_deadline(timeout)):
         result = await loop(run)
@@ -226,6 +237,8 @@ async def run_with_deadline(run: RunState, *, deadline: bool) -> RunResult[Any]:
         )
     return result
 
+
+_NO_OBSERVER = nullcontext()  # reusable: one for every run without an observer
 
 FINAL_EVENT_GRACE = CLEANUP_GRACE
 """Seconds the final ``run_finished`` event may take to deliver once the run is cancelled."""

@@ -208,15 +208,17 @@ def vouch(model: Any) -> None:
     e.g. a provider's turn decoded from a checked stream), so that no check walks it; a
     model holding it is still walked, but not into it."""
     key = id(model)
-
-    def forget(_ref: weakref.ref[Any], key: int = key) -> None:
-        _VALID.pop(key, None)
-
     try:  # (not contextlib.suppress: this runs once per turn and per checked message)
-        ref = weakref.ref(model, forget)
+        # The key rides on the reference: one shared callback, no closure per model.
+        ref = weakref.KeyedRef(model, _forget, key)
     except TypeError:  # not weak-referenceable: checked every time
         return
     _VALID[key] = ref
+
+
+def _forget(ref: weakref.KeyedRef[int, Any]) -> None:
+    if _VALID.get(ref.key) is ref:
+        del _VALID[ref.key]
 
 
 def scrub_model(model: T) -> T:

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from ._model_types import ModelRequest, ToolSpec, Usage
+from ._model_types import ModelRequest, ToolSpec, Usage, zero_usage
 from ._result import TerminationReason
 from .catalog import ModelInfo, cost_of, model_info
 from .errors import ConfigurationError
@@ -401,7 +401,7 @@ class Budget:
 
     limits: Limits
     started: float = field(default_factory=time.monotonic)
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage = field(default_factory=zero_usage)
     cost_usd: float = 0.0
     priced: bool = True
     tool_calls: int = 0
@@ -411,8 +411,10 @@ class Budget:
     outstanding: int = 0
     input_scale: float = 1.0
     _shortfall: dict[Hashable, int] = field(default_factory=dict)
-    _probing: set[Hashable] = field(default_factory=set)
-    _warned: set[str] = field(default_factory=set)
+    # Built on first use: most runs never probe a kind nor warn (a set is a tracked object
+    # per run, and 10,000 runs in flight make the collector walk every one).
+    _probing: set[Hashable] | None = None
+    _warned: set[str] | None = None
     _watching: bool = True
     _metering: bool = True
     _counts_input: bool = True
@@ -542,7 +544,7 @@ class Budget:
         in flight to settle. (A budget kept elsewhere, e.g. in a database, decides with it.)"""
         kind = None if estimate.shape is None else (model, estimate.shape)
         probe = kind is not None and kind not in self._shortfall
-        if probe and kind in self._probing:
+        if probe and self._probing is not None and kind in self._probing:
             return None  # the first of its kind is out: wait for its report
         estimate = self._calibrated(estimate, kind)
         granted = self._grant(estimate, requested, model, held=True)
@@ -602,7 +604,7 @@ class Budget:
         """A call of a kind settled: learn how far its estimate fell short. (The first of its
         kind that reported nothing taught nothing: the next of its kind goes first instead.)"""
         kind = reserved.kind
-        if reserved.probe:
+        if reserved.probe and self._probing is not None:
             self._probing.discard(kind)
         if usage is not None:
             short = max(usage.total_input_tokens - reserved.measured, 0)
@@ -620,9 +622,15 @@ class Budget:
         if measured and seen > measured * self.input_scale:
             self.input_scale = min(MAX_INPUT_SCALE, seen / measured)
 
+    def probing(self, kind: Hashable) -> None:
+        """Mark ``kind`` as having its first call out (its report teaches the estimate)."""
+        if self._probing is None:
+            self._probing = set()
+        self._probing.add(kind)
+
     def _hold(self, r: Reservation) -> None:
         if r.probe:
-            self._probing.add(r.kind)
+            self.probing(r.kind)
         self.outstanding += 1
         self.reserved_input += r.input_tokens
         self.reserved_output += r.output_tokens
@@ -716,8 +724,13 @@ class Budget:
         ]
         out: list[tuple[BudgetKind, float, float]] = []
         for kind, used, limit in candidates:
-            if limit and used >= limit * lim.warn_at and kind not in self._warned:
-                self._warned.add(kind)
+            if limit and used >= limit * lim.warn_at:
+                warned = self._warned
+                if warned is None:
+                    warned = self._warned = set()
+                elif kind in warned:
+                    continue
+                warned.add(kind)
                 out.append((kind, float(used), float(limit)))
         return out
 

@@ -70,11 +70,18 @@ def _build(cls: type[M], values: dict[str, Any]) -> M:
     """
     model = cls.__new__(cls)
     object.__setattr__(model, "__dict__", values)
-    fields = _ALL_FIELDS.get(cls)
-    if fields is None:
+    fields = _ALL_FIELDS.get(cls, _UNKNOWN)
+    if fields is _UNKNOWN:
         fields = _ALL_FIELDS[cls] = _all_fields(cls)
-    if fields is None or len(fields) != len(values):
+    if fields is None:  # not frozen: a set of its own, which it may add to
         fields = set(values)
+    elif len(fields) != len(values):  # some fields left to their defaults
+        key = (cls, *values)
+        fields = _SOME_FIELDS.get(key)
+        if fields is None:
+            if len(_SOME_FIELDS) >= 1024:
+                _SOME_FIELDS.clear()
+            fields = _SOME_FIELDS[key] = set(values)
     object.__setattr__(model, "__pydantic_fields_set__", fields)
     object.__setattr__(model, "__pydantic_extra__", None)
     object.__setattr__(model, "__pydantic_private__", None)
@@ -85,6 +92,12 @@ _ALL_FIELDS: dict[type[BaseModel], set[str] | None] = {}
 """Per frozen class, one set of all its field names, shared by every instance :func:`_build`
 makes (a set per message was a fifth of a waiting run's memory). Frozen models never add to
 it; ``model_copy`` copies it before updating."""
+
+
+_SOME_FIELDS: dict[tuple[Any, ...], set[str]] = {}
+"""The same for a frozen class built with some of its fields (the parsers leave defaults out):
+one set per class and set of names given, not one per part or response."""
+_UNKNOWN: Any = object()
 
 
 def _all_fields(cls: type[BaseModel]) -> set[str] | None:

@@ -410,7 +410,7 @@ class Account:
         for (text,) in await cur.fetchall():
             kind = _kind_of(text)
             if kind is not None:
-                budget._probing.add(kind)
+                budget.probing(kind)
         return budget
 
 

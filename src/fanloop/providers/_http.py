@@ -602,6 +602,20 @@ class mapped_errors:  # a class, as contextlib.suppress is: a generator costs ~3
             raise malformed(exc, self.invalid, provider=provider, request_id=request_id) from None
 
 
+_PLAIN: dict[str, mapped_errors] = {}
+
+
+def _plain_mapping(provider: str) -> mapped_errors:
+    """A ``mapped_errors(provider)`` shared by every request of providers of that name (it
+    keeps no state of its own): not an object per request in flight."""
+    mapping = _PLAIN.get(provider)
+    if mapping is None:
+        if len(_PLAIN) > 256:
+            _PLAIN.clear()
+        mapping = _PLAIN[provider] = mapped_errors(provider)
+    return mapping
+
+
 async def cap_error_body(response: httpx2.Response, *, force: bool = False) -> None:
     """``httpx2`` response hook: an error response's body reads as at most
     :data:`MAX_ERROR_BODY_BYTES`, decoded.
@@ -852,7 +866,7 @@ class HTTPProvider:
         """Send ``body``; the response, its body not yet read (errors raised as ours)."""
         if self._closed:
             self._closed = False
-        with mapped_errors(self.name):
+        with _plain_mapping(self.name):
             response = await self._client.post(self, body, stream=stream)
         if not 200 <= response.status_code < 300:  # as the SDKs: anything else fails
             raise await self._status_failure(response)

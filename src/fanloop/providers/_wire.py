@@ -206,7 +206,7 @@ class MessageCache(Generic[K]):
 
     def __init__(self, render: Callable[[K], str]) -> None:
         self._render = render
-        self._entries: dict[int, tuple[weakref.ref[Any], str]] = {}
+        self._entries: dict[int, _Entry] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -215,20 +215,36 @@ class MessageCache(Generic[K]):
         """The wire text of ``obj``, rendered once per object."""
         key = id(obj)
         entry = self._entries.get(key)
-        if entry is not None and entry[0]() is obj:
-            return entry[1]
+        if entry is not None and entry() is obj:
+            return entry.text
         text = self._render(obj)
-        entries = self._entries
-
-        def evict(_ref: weakref.ref[Any], key: int = key) -> None:
-            entries.pop(key, None)
-
         try:
-            ref = weakref.ref(obj, evict)
+            entry = _Entry(obj, _evict)
         except TypeError:  # not weak-referenceable: render every time
             return text
-        entries[key] = (ref, text)
+        entry.key = key
+        entry.text = text
+        entry.entries = self._entries
+        self._entries[key] = entry
         return text
+
+
+class _Entry(weakref.ref):  # type: ignore[type-arg]
+    """A :class:`MessageCache` entry: the weak reference itself carries the text and where it
+    is kept, so that its one shared callback evicts it (no closure, cell and tuple per
+    message: with thousands of runs in flight those are objects the collector walks)."""
+
+    __slots__ = ("entries", "key", "text")
+
+    key: int
+    text: str
+    entries: dict[int, _Entry]
+
+
+def _evict(entry: _Entry) -> None:
+    entries = entry.entries
+    if entries.get(entry.key) is entry:
+        del entries[entry.key]
 
 
 class ToolsCache:

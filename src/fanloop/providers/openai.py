@@ -752,11 +752,32 @@ def _usage(raw: Any) -> Usage:
         details.get("cache_write_tokens"), "usage.prompt_tokens_details.cache_write_tokens"
     )
     return Usage.model_construct(
+        _USAGE_SET,
         input_tokens=max(prompt - cached - written, 0),
         output_tokens=read_count(raw.get("completion_tokens"), "usage.completion_tokens"),
         cache_read_tokens=cached,
         cache_write_tokens=written,
     )
+
+
+# The fields each model below is made with, one set shared by every instance (a set per part
+# and per response is an object per waiting run the collector walks). Frozen models never add
+# to it; ``model_copy`` copies it before updating.
+_USAGE_SET = {"input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"}
+_TEXT_SET = {"text", "citations"}
+_CALL_SET = {"id", "name", "arguments"}
+_ORIGIN_SET = {"provider", "api", "model", "raw"}
+_RESPONSE_SET = {
+    "content",
+    "stop_reason",
+    "usage",
+    "model",
+    "provider",
+    "raw_stop_reason",
+    "origin",
+    "stop_details",
+    "response_id",
+}
 
 
 def _too_many(limit: int) -> ResponseTooLarge:
@@ -847,11 +868,13 @@ def _response(
     parts = thinking
     if text or refusal:
         whole = text + refusal
-        parts.append(TextPart.model_construct(text=whole, citations=fit(citations, len(whole))))
+        parts.append(
+            TextPart.model_construct(_TEXT_SET, text=whole, citations=fit(citations, len(whole)))
+        )
     for call_id, name, arguments, _ in calls:
         parts.append(
             ToolCallPart.model_construct(
-                id=call_id, name=name, arguments=parse_arguments(arguments)
+                _CALL_SET, id=call_id, name=name, arguments=parse_arguments(arguments)
             )
         )
     finish = _finish(finish)
@@ -889,6 +912,7 @@ def _response(
         raw["reasoning_details"] = details  # sent back as received (send_reasoning)
     model = short(model) or provider.model
     return ModelResponse.model_construct(
+        _RESPONSE_SET,
         content=tuple(parts),
         stop_reason=stop,
         usage=_usage(usage),
@@ -896,7 +920,7 @@ def _response(
         provider=provider.name,
         raw_stop_reason=finish,
         origin=Origin.model_construct(
-            provider=provider.name, api="chat.completions", model=model, raw=raw
+            _ORIGIN_SET, provider=provider.name, api="chat.completions", model=model, raw=raw
         ),
         stop_details=stop_details,
         response_id=short(response_id),

@@ -1,0 +1,173 @@
+"""What a run holds while it waits for the model: objects the collector tracks and heap bytes.
+
+``python benchmarks/waiting_runs.py -n 1000 --side fanloop,floor`` starts a FakeLLMServer (in
+its own process) that holds each conversation's ``--turn``-th model call (the first by
+default) for ten minutes, then, in a fresh child process per side, starts ``n`` 3-turn runs of
+``bench_concurrency.py`` at once, waits until they all sit on the server, and counts what
+they hold: ``gc.get_objects()`` against a count taken before they started (per run, by type)
+and ``tracemalloc``'s heap (per run, by where it was allocated). ``--top`` sets how many types
+and allocation sites are listed; ``--cpu-n`` also times the CPU cost of starting that many
+runs until they all wait (no tracemalloc then).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import gc
+import json
+import subprocess
+import sys
+import time
+import tracemalloc
+from typing import Any
+
+
+async def _settle(previous: int) -> int:
+    """Wait until the number of tracked objects stops moving (every run is waiting)."""
+    while True:
+        await asyncio.sleep(0.5)
+        now = len(gc.get_objects())
+        if now == previous:
+            return now
+        previous = now
+
+
+def _key(o: object) -> str:
+    """An object's type; a coroutine's, method's or cell's also names the code it belongs to."""
+    kind = type(o).__qualname__
+    if kind == "coroutine":
+        return f"coroutine {o.__qualname__}"  # type: ignore[attr-defined]
+    if kind in ("method", "function"):
+        return f"{kind} {getattr(o, '__qualname__', '?')}"
+    if kind == "set":
+        return f"set of {len(o)}"  # type: ignore[arg-type]
+    if kind in ("list", "tuple", "dict"):
+        return f"{kind} of {min(len(o), 3)}{'+' if len(o) > 3 else ''}"  # type: ignore[arg-type]
+    return kind
+
+
+def _make_runner(side: str, url: str) -> tuple[Any, Any]:
+    if side == "fanloop":
+        from fanloop import Agent, RetryPolicy, tool
+        from fanloop.providers.openai import OpenAIProvider
+
+        @tool
+        async def noop() -> str:
+            """Do nothing."""
+            return "ok"
+
+        provider = OpenAIProvider("gpt-4.1", api_key="bench", base_url=f"{url}/v1")
+        agent = Agent(provider, tools=[noop], retry=RetryPolicy(max_retries=0))
+
+        async def one() -> Any:
+            return await agent.run("go")
+
+        return one, provider.aclose
+
+    import _floor
+
+    session = _floor.session(limit=100_000)
+
+    async def one_floor() -> Any:
+        return await _floor.openai_loop(session, url, "go", streaming=True)
+
+    return one_floor, session.close
+
+
+async def _warm(one: Any) -> None:
+    """One run to a first wait, then cancelled: imports and lazy set-up done."""
+    task = asyncio.ensure_future(one())
+    await asyncio.sleep(1.0)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def child_main(side: str, url: str, n: int, top: int, cpu: bool) -> dict[str, Any]:
+    one, close = _make_runner(side, url)
+    await _warm(one)
+    gc.collect()
+    out: dict[str, Any] = {"side": side, "n": n}
+    if cpu:
+        started_cpu = time.process_time()
+        tasks = [asyncio.ensure_future(one()) for _ in range(n)]
+        await _settle(len(gc.get_objects()))
+        out["cpu_ms_per_run_to_wait"] = (time.process_time() - started_cpu) * 1000 / n
+    else:
+        before = collections.Counter(_key(o) for o in gc.get_objects())
+        tracemalloc.start(8)
+        snap0 = tracemalloc.take_snapshot()
+        tasks = [asyncio.ensure_future(one()) for _ in range(n)]
+        await _settle(len(gc.get_objects()))
+        snap1 = tracemalloc.take_snapshot()
+        tracemalloc.stop()
+        gc.collect()
+        after = collections.Counter(_key(o) for o in gc.get_objects())
+        diff = after - before
+        out["tracked_per_run"] = sum(diff.values()) / n
+        out["types"] = [(t, round(c / n, 2)) for t, c in diff.most_common(top)]
+        stats = snap1.compare_to(snap0, "lineno")
+        out["heap_bytes_per_run"] = sum(s.size_diff for s in stats) / n
+        out["sites"] = [
+            (
+                str(s.traceback[0]).replace(sys.prefix, "<venv>"),
+                round(s.size_diff / n),
+                round(s.count_diff / n, 2),
+            )
+            for s in stats[:top]
+        ]
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await close()
+    return out
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["child"]:
+        p = argparse.ArgumentParser()
+        p.add_argument("side")
+        p.add_argument("--url", required=True)
+        p.add_argument("-n", type=int, required=True)
+        p.add_argument("--top", type=int, default=25)
+        p.add_argument("--cpu", action="store_true")
+        a = p.parse_args(sys.argv[2:])
+        print(json.dumps(asyncio.run(child_main(a.side, a.url, a.n, a.top, a.cpu))))
+        return
+    from _server import serve
+
+    p = argparse.ArgumentParser()
+    p.add_argument("-n", type=int, default=1000)
+    p.add_argument("--side", default="fanloop,floor")
+    p.add_argument("--top", type=int, default=25)
+    p.add_argument("--cpu-n", type=int, default=0)
+    p.add_argument("--turn", type=int, default=1, help="the model call the runs wait in (1-3)")
+    a = p.parse_args()
+    with serve(tool_turns=2, hold_turn=a.turn) as url:
+        for side in a.side.split(","):
+            argv = [sys.executable, __file__, "child", side, f"--url={url}"]
+            res = _child([*argv, f"-n={a.n}", f"--top={a.top}"])
+            print(
+                f"== {side}: {res['tracked_per_run']:.1f} tracked objects, "
+                f"{res['heap_bytes_per_run']:.0f} heap bytes per waiting run"
+            )
+            for t, c in res["types"]:
+                print(f"   {c:7.2f}  {t}")
+            print("   -- heap by site (bytes/run, blocks/run)")
+            for site, size, count in res["sites"]:
+                print(f"   {size:7d} {count:6.2f}  {site}")
+            if a.cpu_n:
+                res = _child([*argv, f"-n={a.cpu_n}", "--cpu"])
+                cpu = res["cpu_ms_per_run_to_wait"]
+                print(f"   CPU to start a run and reach its wait: {cpu:.3f} ms")
+
+
+def _child(argv: list[str]) -> dict[str, Any]:
+    out = subprocess.run(argv, capture_output=True, text=True, check=True)
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+if __name__ == "__main__":
+    main()
