@@ -87,7 +87,7 @@ def test_a_starved_loop_is_not_a_stalled_loop() -> None:
         [sys.executable, str(STARVED_CHILD)],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=90,
         cwd=STARVED_CHILD.parent,
     )
     assert out.returncode == 0, out.stderr
