@@ -80,7 +80,7 @@ async def test_a_busy_worker_thread_is_not_a_stall_of_the_heartbeats_making() ->
     reason="needs Linux's per-thread schedstat, sched_setaffinity and per-thread nice",
 )
 def test_a_starved_loop_is_not_a_stalled_loop() -> None:
-    # A loop pinned beside two CPU burners at nice 19 waits for the CPU hundreds of ms at a
+    # A loop pinned beside two CPU burners at nice 19 waits for the CPU over 100 ms at a
     # time: the raw gap fails the 100 ms bound, the stall does not. Under the same starvation a
     # 0.3 s blocking call still counts in full.
     out = subprocess.run(
@@ -93,6 +93,8 @@ def test_a_starved_loop_is_not_a_stalled_loop() -> None:
     assert out.returncode == 0, out.stderr
     figures = json.loads(out.stdout)
     starved, blocked = figures["starved"], figures["blocked"]
-    assert starved["max_gap"] >= 0.15, figures  # the scheduler did hold the loop
+    # The scheduler did hold the loop past the 100 ms bound (on a machine already busy, its
+    # longest hold can be as short as ~120 ms), and the stall does not count it.
+    assert starved["max_gap"] >= 0.11, figures
     assert starved["max_stall"] < 0.1, figures
     assert blocked["max_stall"] >= 0.25, figures
