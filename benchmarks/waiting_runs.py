@@ -48,9 +48,12 @@ def _key(o: object) -> str:
     return kind
 
 
-def _make_runner(side: str, url: str) -> tuple[Any, Any]:
+def _make_runner(side: str, url: str, pool: int) -> tuple[Any, Any]:
     if side == "fanloop":
+        import httpx2
+
         from fanloop import Agent, RetryPolicy, tool
+        from fanloop.providers._http import create_pool
         from fanloop.providers.openai import OpenAIProvider
 
         @tool
@@ -58,17 +61,24 @@ def _make_runner(side: str, url: str) -> tuple[Any, Any]:
             """Do nothing."""
             return "ok"
 
-        provider = OpenAIProvider("gpt-4.1", api_key="bench", base_url=f"{url}/v1")
+        http = create_pool(limits=httpx2.Limits(max_connections=pool))
+        provider = OpenAIProvider(
+            "gpt-4.1", api_key="bench", base_url=f"{url}/v1", http_client=http
+        )
         agent = Agent(provider, tools=[noop], retry=RetryPolicy(max_retries=0))
 
         async def one() -> Any:
             return await agent.run("go")
 
-        return one, provider.aclose
+        async def close() -> None:
+            await provider.aclose()
+            await http.aclose()
+
+        return one, close
 
     import _floor
 
-    session = _floor.session(limit=100_000)
+    session = _floor.session(limit=pool)
 
     async def one_floor() -> Any:
         return await _floor.openai_loop(session, url, "go", streaming=True)
@@ -84,8 +94,8 @@ async def _warm(one: Any) -> None:
     await asyncio.gather(task, return_exceptions=True)
 
 
-async def child_main(side: str, url: str, n: int, top: int, cpu: bool) -> dict[str, Any]:
-    one, close = _make_runner(side, url)
+async def child_main(side: str, url: str, n: int, top: int, cpu: bool, pool: int) -> dict[str, Any]:
+    one, close = _make_runner(side, url, pool)
     await _warm(one)
     gc.collect()
     out: dict[str, Any] = {"side": side, "n": n}
@@ -132,8 +142,9 @@ def main() -> None:
         p.add_argument("-n", type=int, required=True)
         p.add_argument("--top", type=int, default=25)
         p.add_argument("--cpu", action="store_true")
+        p.add_argument("--pool", type=int, default=100_000)
         a = p.parse_args(sys.argv[2:])
-        print(json.dumps(asyncio.run(child_main(a.side, a.url, a.n, a.top, a.cpu))))
+        print(json.dumps(asyncio.run(child_main(a.side, a.url, a.n, a.top, a.cpu, a.pool))))
         return
     from _server import serve
 
@@ -143,10 +154,16 @@ def main() -> None:
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--cpu-n", type=int, default=0)
     p.add_argument("--turn", type=int, default=1, help="the model call the runs wait in (1-3)")
+    p.add_argument(
+        "--pool",
+        type=int,
+        default=100_000,
+        help="connections at most (fewer than -n: the rest wait for one, as at 10,000 runs)",
+    )
     a = p.parse_args()
     with serve(tool_turns=2, hold_turn=a.turn) as url:
         for side in a.side.split(","):
-            argv = [sys.executable, __file__, "child", side, f"--url={url}"]
+            argv = [sys.executable, __file__, "child", side, f"--url={url}", f"--pool={a.pool}"]
             res = _child([*argv, f"-n={a.n}", f"--top={a.top}"])
             print(
                 f"== {side}: {res['tracked_per_run']:.1f} tracked objects, "

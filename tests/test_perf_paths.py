@@ -285,3 +285,41 @@ async def test_a_waiting_run_holds_none_of_what_it_builds_on_first_use() -> None
         "cancelling": 0,
     }
     assert seen["usage"] is seen["budget_usage"]  # one shared frozen instance
+
+
+async def test_a_finished_run_is_not_kept_alive_by_the_timers_it_armed() -> None:
+    """Every callback the event loop schedules carries a snapshot of the context it was
+    scheduled in, and a cancelled timer stays in the loop's heap until it is due (a read timeout,
+    minutes away). Neither the connection's read timer nor the idle watch's may keep a finished
+    run (its state, its conversation) alive through such a snapshot."""
+    pytest.importorskip("aiohttp")
+    import gc
+    import weakref
+
+    from fanloop._scope import current_run
+    from fanloop.providers.openai import OpenAIProvider
+    from fanloop.testing import FakeLLMServer, call
+
+    runs: list[weakref.ref[Any]] = []
+
+    async def note() -> str:
+        """Note the run."""
+        run = current_run()
+        assert run is not None
+        runs.append(weakref.ref(run))
+        return "noted"
+
+    script = [reply(tool_calls=[call("note")]), "done"] * 3
+    policy = RetryPolicy(max_retries=0, stream_idle_timeout=600)
+    with FakeLLMServer(script) as server:
+        provider = OpenAIProvider(
+            "m", api_key="k", base_url=server.openai_base_url, transport="aiohttp", timeout=600
+        )
+        async with provider:
+            agent = Agent(provider, tools=[note], retry=policy)
+            for _ in range(3):
+                assert (await agent.run("go")).text == "done"
+            gc.collect()
+            # the pooled connection and its (cancelled) timers are still here; the runs are not
+            assert len(runs) == 3
+            assert [ref() for ref in runs] == [None, None, None]

@@ -3,6 +3,7 @@ built on it is :mod:`fanloop._turn`)."""
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import math
 import sys
@@ -142,12 +143,15 @@ class _Watchdog:
     (a timer is a heap entry, ten thousand of them with ten thousand streams in flight).
     """
 
-    __slots__ = ("__weakref__", "_handle", "_when", "watches")
+    __slots__ = ("__weakref__", "_context", "_handle", "_when", "watches")
 
     def __init__(self) -> None:
         self.watches: set[IdleWatch] = set()
         self._handle: asyncio.TimerHandle | None = None
         self._when = math.inf
+        # Its timer runs in a context of its own, not in a snapshot of the context of the
+        # run that armed it (which would keep that run's context variables alive as long).
+        self._context = contextvars.Context()
 
     def add(self, watch: IdleWatch, loop: asyncio.AbstractEventLoop) -> None:
         self.watches.add(watch)
@@ -159,7 +163,7 @@ class _Watchdog:
 
     def _arm(self, when: float, loop: asyncio.AbstractEventLoop) -> None:
         self._when = when
-        self._handle = loop.call_at(when, self._check, loop)
+        self._handle = loop.call_at(when, self._check, loop, context=self._context)
 
     def _check(self, loop: asyncio.AbstractEventLoop) -> None:
         self._handle = None

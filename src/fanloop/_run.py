@@ -49,6 +49,7 @@ class RunState:
     """
 
     __slots__ = (
+        "__weakref__",  # the current-run context variable holds a weak reference (_scope)
         "agent",
         "budget",
         "call_ids",

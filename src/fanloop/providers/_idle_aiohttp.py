@@ -20,6 +20,7 @@ one of three states:
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 from typing import Any
 
@@ -82,6 +83,10 @@ class _Protocol(ResponseHandler):
         self._pooled = False  # back in the pool since its last request
         self._stray = False  # bytes arrived before a request was sent: it never will be
         self._used = False  # a request was sent on it before
+        # The read timer runs in a context of its own: a timer scheduled in the request's
+        # context carries a snapshot of it (a web request's, a run's context variables),
+        # and once cancelled it stays in the loop's heap until it would have fired.
+        self._timer_context = contextvars.Context()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(_Transport(transport, self))  # type: ignore[arg-type]
@@ -105,12 +110,16 @@ class _Protocol(ResponseHandler):
         loop = self._loop
         self._read_due = loop.time() + timeout
         if self._read_timeout_handle is None:
-            self._read_timeout_handle = loop.call_at(self._read_due, self._read_timer)
+            self._read_timeout_handle = loop.call_at(
+                self._read_due, self._read_timer, context=self._timer_context
+            )
 
     def _read_timer(self) -> None:
         self._read_timeout_handle = None
         if self._loop.time() < self._read_due:
-            self._read_timeout_handle = self._loop.call_at(self._read_due, self._read_timer)
+            self._read_timeout_handle = self._loop.call_at(
+                self._read_due, self._read_timer, context=self._timer_context
+            )
         else:
             self._on_read_timeout()
 
