@@ -5,6 +5,8 @@
 - ``import fanloop`` against ``import pydantic, anyio``, both timed in the same fresh process
   (pydantic and anyio first, then fanloop on top of them), median over N processes: wall time
   and the process's CPU time (steadier on a loaded machine). Target: fanloop at most twice the two.
+  For context, a third process kind times what the first pydantic model class of any library
+  costs on top of the same two (pydantic's model machinery, which fanloop's models load too).
 - ``fanloop run "hi"`` as a subprocess against a FakeLLMServer (in this process, on loopback):
   per run, the time from just before the subprocess is spawned to the moment the server has
   the request in hand, and to the moment the process has exited. The baseline is the same
@@ -87,6 +89,21 @@ _IMPORTS = (
     "print(w1 - w, w2 - w1, c1 - c, c2 - c1)\n"
 )
 
+# What any library of pydantic models pays on top of the same baseline: pydantic's model
+# machinery, loaded by the first model class (its validator deferred, as fanloop's are).
+_FIRST_MODEL = (
+    "import time\n"
+    "w, c = time.perf_counter(), time.process_time()\n"
+    "import pydantic, anyio\n"
+    "w1, c1 = time.perf_counter(), time.process_time()\n"
+    "from pydantic import BaseModel, ConfigDict, Field\n"
+    "class First(BaseModel):\n"
+    "    model_config = ConfigDict(frozen=True, defer_build=True)\n"
+    "    text: str = Field(default='')\n"
+    "w2, c2 = time.perf_counter(), time.process_time()\n"
+    "print(w1 - w, w2 - w1, c1 - c, c2 - c1)\n"
+)
+
 _EXTRA: list[str] = []
 
 
@@ -158,16 +175,22 @@ def import_ratio(repeats: int) -> list[Row]:
     """``import fanloop`` on top of ``import pydantic, anyio``, in the same fresh process."""
     env = _import_env()
     argv = [sys.executable, "-c", _IMPORTS]
+    model_argv = [sys.executable, "-c", _FIRST_MODEL]
     if not _common.QUICK:  # untimed: fills the bytecode cache
         subprocess.run(argv, env=env, check=True, capture_output=True)
-    samples = []
-    for _ in range(repeats):
+    samples, model_samples = [], []
+    for _ in range(repeats):  # the two kinds of process alternate
         out = subprocess.run(argv, env=env, check=True, capture_output=True, text=True)
         samples.append([float(x) for x in out.stdout.split()])
+        out = subprocess.run(model_argv, env=env, check=True, capture_output=True, text=True)
+        model_samples.append([float(x) for x in out.stdout.split()])
     base_wall, ours_wall, base_cpu, ours_cpu = (
         statistics.median(s[i] for s in samples) for i in range(4)
     )
+    model_cpu = statistics.median(s[3] for s in model_samples)
+    model_base_cpu = statistics.median(s[2] for s in model_samples)
     workload = "`import fanloop` after `import pydantic, anyio` (baseline: those two), one process"
+    first_model = "a first pydantic model after `import pydantic, anyio` (context, not a target)"
     return [
         Row(
             workload,
@@ -179,6 +202,7 @@ def import_ratio(repeats: int) -> list[Row]:
             ours_wall <= 2 * base_wall,
         ),
         Row(workload, "CPU time of the import (median)", ours_cpu * 1e3, base_cpu * 1e3, "ms"),
+        Row(first_model, "CPU time (median)", model_cpu * 1e3, model_base_cpu * 1e3, "ms"),
     ]
 
 
