@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from fanloop import _unicode
+from fanloop import Agent, Limits, TerminationReason, _unicode, tool
 from fanloop._unicode import (
     Joiner,
     holds_surrogates,
@@ -15,8 +15,11 @@ from fanloop._unicode import (
     scrub,
     scrub_json,
     scrub_model,
+    valid_models,
 )
-from fanloop.messages import Message, TextPart
+from fanloop.messages import Message, TextPart, ToolResultPart
+from fanloop.sessions import MemoryStore
+from fanloop.testing import ScriptedProvider, call, reply
 
 HIGH, LOW, EMOJI, FFFD = "\ud83d", "\ude00", "\U0001f600", "\ufffd"
 ALPHABET = ["a", "é", "€", EMOJI, HIGH, LOW, "\ud800", "\udfff", "\U0010ffff"]
@@ -88,3 +91,84 @@ def test_scrub_model_copies_only_what_needs_it_and_remembers_what_it_checked() -
     fixed = scrub_model(dirty)
     assert fixed.content == (TextPart(text=f"a{FFFD}"),)
     assert not _unicode.known_valid(dirty) and _unicode.known_valid(fixed)
+
+
+async def test_valid_models_walks_a_light_clean_model_once_and_fixes_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    searched: list[str] = []
+    check = _unicode.is_surrogate_free
+    monkeypatch.setattr(_unicode, "is_surrogate_free", lambda t: searched.append(t) or check(t))
+    clean = Message(role="user", content=(TextPart(text="é"), TextPart(text="€")))
+    assert await valid_models((clean,)) == (clean,)
+    assert sorted(searched) == ["é", "€"] and _unicode.known_valid(clean)
+    assert await valid_models((clean,)) == (clean,)  # remembered: not searched again
+    assert len(searched) == 2
+    # A lone surrogate, and a model too heavy to check on the loop, take the full path.
+    (fixed,) = await valid_models((Message(role="user", content=(TextPart(text=f"a{HIGH}"),)),))
+    assert fixed.content == (TextPart(text=f"a{FFFD}"),)
+    heavy = Message(role="user", content=(TextPart(text="é" * _unicode.INLINE),))
+    assert not _unicode._light_and_clean((heavy,), _unicode.INLINE)
+    assert await valid_models((heavy,)) == (heavy,) and _unicode.known_valid(heavy)
+    dirty = Message(role="user", content=(TextPart(text="é" * _unicode.INLINE + LOW),))
+    (fixed,) = await valid_models((dirty,))
+    assert fixed.text == "é" * _unicode.INLINE + FFFD
+
+
+@pytest.mark.parametrize("stored", [False, True])
+async def test_each_appended_message_is_searched_once_not_the_conversation_again(
+    monkeypatch: pytest.MonkeyPatch, stored: bool
+) -> None:
+    """The check on append costs O(the new message), not O(the conversation): each non-ASCII
+    string of the transcript is searched once (not again on each later append, nor by the
+    store), and the memo's look-ups per message do not grow with the conversation (walking
+    the history on every append would make them grow with it, memo or not)."""
+    searched: list[str] = []  # (an ASCII string may be passed over without a search)
+    check = _unicode.is_surrogate_free
+    monkeypatch.setattr(
+        _unicode, "is_surrogate_free", lambda t: t.isascii() or searched.append(t) or check(t)
+    )
+    looked_up = [0]
+    known = _unicode.known_valid
+
+    def counted(model: object) -> bool:
+        looked_up[0] += 1
+        return known(model)
+
+    monkeypatch.setattr(_unicode, "known_valid", counted)
+    per_message = []
+    for rounds in (5, 20):
+        searched.clear()
+        looked_up[0] = 0
+        messages = await _conversation(rounds, stored)
+        assert len(messages) == 2 * rounds + 2
+        assert sorted(searched) == sorted(t for m in messages for t in _texts(m))
+        assert len(searched) == len(messages)  # one non-ASCII string each
+        per_message.append(looked_up[0] / len(messages))
+    short, long = per_message
+    assert long <= short * 1.25, per_message  # quadratic: about 4 times as many
+
+
+async def _conversation(rounds: int, stored: bool) -> tuple[Message, ...]:
+    """A run of ``rounds`` tool rounds whose every message holds one non-ASCII string."""
+
+    @tool
+    async def look(i: int) -> str:
+        """Look."""
+        return f"found é {i}"
+
+    script = [reply(f"looking € {i}", tool_calls=[call("look", i=i)]) for i in range(rounds)]
+    agent = Agent(
+        ScriptedProvider([*script, "done ü"]), tools=[look], limits=Limits(max_turns=rounds + 1)
+    )
+    session = await MemoryStore().open() if stored else None
+    result = await agent.run("go ä", session=session)
+    assert result.termination_reason is TerminationReason.COMPLETED
+    return result.messages
+
+
+def _texts(message: Message) -> list[str]:
+    """The non-ASCII strings of a message: its text parts and tool results."""
+    out = [p.text for p in message.content if isinstance(p, TextPart)]
+    out += [p.content for p in message.content if isinstance(p, ToolResultPart)]
+    return [t for t in out if not t.isascii()]

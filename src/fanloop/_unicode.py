@@ -321,10 +321,63 @@ async def off_loop(heavy: bool, fn: Callable[..., Any], *args: Any) -> Any:
     return fn(*args)
 
 
+def _light_and_clean(models: Sequence[Any], limit: int) -> bool:
+    """Whether ``models`` weigh at most ``limit`` to check (as :func:`weight` counts, with
+    ``to_check``) and hold no surrogate (as :func:`holds_surrogates` looks): the two walks
+    in one, the common case's only walk. It stops at the first surrogate, or as soon as the
+    count passes ``limit`` (before searching the string that passes it); ``False`` then
+    leaves the answer to those two.
+    """
+    total = 0
+    stack = list(models)
+    pop = stack.pop
+    check = is_surrogate_free
+    while stack:
+        item = pop()
+        total += _WEIGHT
+        cls = type(item)
+        if cls is str:
+            total += len(item)
+            if total > limit or not (item.isascii() or check(item)):
+                return False
+            continue
+        if cls is tuple or cls is list:
+            stack += item
+        elif cls is dict:
+            stack += item.keys()
+            stack += item.values()
+        elif item is None or cls is bool or cls is int or cls is float:
+            continue
+        elif isinstance(item, str):  # a subclass (an enum member, say): counted, not searched
+            total += len(item)  # (as holds_surrogates looks only at str itself)
+        elif isinstance(item, dict):
+            stack += item.keys()
+            stack += item.values()
+        elif isinstance(item, list | tuple):
+            stack += item
+        elif isinstance(item, bytes):
+            total += len(item) * 4 // 3
+        elif not isinstance(item, bool | int | float):
+            fields = getattr(item, "__pydantic_fields__", None)
+            if fields is not None and not known_valid(item):
+                stack += (getattr(item, name) for name in fields)
+        if total > limit:
+            return False
+    return True
+
+
 async def valid_models(models: Sequence[T]) -> tuple[T, ...]:
     """``models`` (messages, tool results) with their text made valid Unicode (each one that
-    needs no change is returned itself); heavy ones are checked in a worker thread."""
+    needs no change is returned itself); heavy ones are checked in a worker thread.
+
+    Each model is walked once (and then remembered: see :func:`vouch`), when it is light and
+    clean (the common case); else once more to weigh it and once to scrub it.
+    """
     if all(known_valid(m) for m in models):
+        return tuple(models)
+    if _light_and_clean(models, INLINE):
+        for model in models:
+            vouch(model)
         return tuple(models)
     heavy = sum(weight(m, INLINE, to_check=True) for m in models) > INLINE
     return await off_loop(heavy, lambda: tuple(scrub_model(m) for m in models))  # type: ignore[no-any-return]
