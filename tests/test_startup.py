@@ -5,8 +5,10 @@ does not import. Structural facts, checked in a fresh interpreter; the timings a
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -39,10 +41,18 @@ NOT_ON_IMPORT = (
 )
 
 
-def _child(code: str) -> dict[str, object]:
+def _child(
+    code: str, *, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> dict[str, object]:
     """Run ``code`` in a fresh interpreter; it prints one JSON value as its last line."""
     proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+        cwd=cwd,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result: dict[str, object] = json.loads(proc.stdout.splitlines()[-1])
@@ -93,14 +103,131 @@ def test_the_default_tools_compile_their_patterns_on_first_use() -> None:
         "from fanloop.tools import default_tools\n"
         "tools = default_tools()\n"
         "specs = [t.name for t in tools]\n"
-        "before = [n for n in ('regex', 'structlog', 'fanloop.tools._html') if n in sys.modules]\n"
+        "lazy = ('regex', 'structlog', 'fanloop.tools._html', 'fanloop.tools._sql_check',\n"
+        "    'fanloop.tools._sql_pg', 'fanloop.tools._sql_sqlite', 'fanloop.tools._sql_rows')\n"
+        "before = [n for n in lazy if n in sys.modules]\n"
         "from fanloop.tools._secrets import redact\n"
         "hidden = 'sk-' + 'a' * 40 not in redact('key sk-' + 'a' * 40)\n"
-        "print(json.dumps({'before': before, 'tools': len(specs), 'hidden': hidden}))\n"
+        "from fanloop.tools.sql import check_read_only\n"
+        "checked = check_read_only('SELECT 1;')\n"
+        "print(json.dumps({'before': before, 'tools': len(specs), 'hidden': hidden,\n"
+        "    'checked': checked}))\n"
     )
     assert out["before"] == []
     assert out["tools"] > 0
     assert out["hidden"] is True
+    assert out["checked"] == "SELECT 1"
+
+
+# What ``fanloop run`` (on the default SQLite store, without --delegate) has no use for before
+# its first request: the other stores, the other commands, sub-agents, the SQL tools' checker
+# and engines, the vendor SDKs and the other HTTP stack.
+NOT_BEFORE_FIRST_REQUEST = (
+    "fanloop.sessions._postgres",
+    "fanloop.sessions._pg_pool",
+    "fanloop.sessions._pg_schema",
+    "fanloop.sessions._memory",
+    "psycopg",
+    "fanloop._delegate",
+    "fanloop.cli._sessions",
+    "fanloop.cli._approve",
+    "fanloop.cli._demo",
+    "fanloop.cli._web",
+    "fanloop.tools._sql_check",
+    "fanloop.tools._sql_pg",
+    "fanloop.tools._sql_sqlite",
+    "fanloop.tools._sql_rows",
+    "anthropic",
+    "openai",
+    "aiohttp",
+    "structlog",
+    "starlette",
+    "uvicorn",
+)
+
+
+@pytest.mark.parametrize("vendor", ["anthropic", "openai"])
+def test_fanloop_run_imports_only_what_its_first_request_needs(
+    vendor: str, tmp_path: Path
+) -> None:
+    # The first connection attempt stands for the first request: the child notes which modules
+    # are loaded by then and stops (nothing listens on the discard port anyway).
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("LLM_", "ANTHROPIC_", "OPENAI_", "FANLOOP_"))
+        and k.lower() not in ("http_proxy", "https_proxy", "all_proxy")
+    }
+    env.update(
+        LLM_PROVIDER=vendor,
+        ANTHROPIC_API_KEY="sk-ant-test",
+        ANTHROPIC_BASE_URL="http://127.0.0.1:9",
+        OPENAI_API_KEY="sk-test",
+        OPENAI_BASE_URL="http://127.0.0.1:9/v1",
+        NO_COLOR="1",
+    )
+    out = _child(
+        "import json, os, socket, sys\n"
+        "def connect(self, address):\n"
+        "    print(json.dumps({'modules': sorted(sys.modules)}), flush=True)\n"
+        "    os._exit(0)\n"
+        "socket.socket.connect = connect\n"
+        "from fanloop.cli import main\n"
+        "main(['run', 'hi'])\n"
+        "print(json.dumps({'modules': None}))\n",
+        env=env,
+        cwd=tmp_path,
+    )
+    modules = out["modules"]
+    assert isinstance(modules, list), "the run ended without connecting"
+    # The snapshot is taken where it should be: the provider and the session store are in.
+    assert f"fanloop.providers.{vendor}" in modules
+    assert "fanloop.sessions._sqlite" in modules
+    assert (tmp_path / ".fanloop" / "sessions.db").exists()
+    assert [n for n in NOT_BEFORE_FIRST_REQUEST if n in modules] == []
+
+
+def test_the_session_stores_load_on_first_use() -> None:
+    out = _child(
+        "import json, sys\n"
+        "import fanloop.sessions as s\n"
+        "lazy = ('fanloop.sessions._postgres', 'fanloop.sessions._memory')\n"
+        "before = [n for n in lazy if n in sys.modules]\n"
+        "listed = sorted(n for n in ('MemoryStore', 'PostgresStore') if n in dir(s))\n"
+        "from fanloop.sessions import MemoryStore, PostgresStore\n"
+        "from fanloop.sessions._memory import MemoryStore as M\n"
+        "from fanloop.sessions._postgres import PostgresStore as P\n"
+        "print(json.dumps({'before': before, 'listed': listed,\n"
+        "    'same': MemoryStore is M and PostgresStore is P and s.MemoryStore is M,\n"
+        "    'all': all(hasattr(s, n) for n in s.__all__)}))\n"
+    )
+    assert out == {
+        "before": [],
+        "listed": ["MemoryStore", "PostgresStore"],
+        "same": True,
+        "all": True,
+    }
+    with pytest.raises(AttributeError):
+        import fanloop.sessions
+
+        fanloop.sessions.NoSuchStore  # noqa: B018
+
+
+def test_the_command_line_builds_only_the_parser_of_the_command_it_runs() -> None:
+    import argparse
+
+    from fanloop.cli import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(["run", "hi", "--yes"])
+    assert (args.command, args.prompt, args.yes) == ("run", "hi", True)
+    (commands,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    built = {name for name, p in commands.choices.items() if len(p._actions) > 1}  # beyond -h
+    assert built == {"run"}
+    # Asked for, every other command's parser is complete: its help lists its options.
+    assert "--session" in commands.choices["chat"].format_help()
+    assert "--port" in commands.choices["web"].format_usage()
+    assert build_parser().parse_args(["sessions", "approve", "S", "--all"]).all is True
 
 
 def test_a_run_without_structlog_logs_to_stdlib_with_its_context_and_never_imports_it() -> None:

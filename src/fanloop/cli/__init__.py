@@ -68,9 +68,9 @@ def _json_option(parser: argparse.ArgumentParser, help: str) -> None:
     parser.add_argument("--json", action="store_true", help=help)
 
 
-def _agent_options() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    group = common.add_argument_group("agent options")
+def _agent_options(parser: argparse.ArgumentParser) -> None:
+    """The options of the commands that run an agent (run, chat, web, sessions resume/approve)."""
+    group = parser.add_argument_group("agent options")
     group.add_argument(
         "--provider",
         help="anthropic, openai (the Responses API), openai-chat (Chat Completions), "
@@ -97,7 +97,9 @@ def _agent_options() -> argparse.ArgumentParser:
     group.add_argument(
         "--skills", action="store_true", help="discover SKILL.md skills (read_skill tool)"
     )
-    gate = group.add_mutually_exclusive_group()
+    # On the parser, not the group: the help lists --yes and --defer under "options", as it
+    # did when these options came from a parent parser.
+    gate = parser.add_mutually_exclusive_group()
     gate.add_argument(
         "--yes",
         "-y",
@@ -130,58 +132,59 @@ def _agent_options() -> argparse.ArgumentParser:
         default=0,
         help="fanloop's log lines on stderr (-v: info, -vv: debug; default: errors only)",
     )
-    return common
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``fanloop`` command."""
-    from .._version import __version__
+class _LazyParser(argparse.ArgumentParser):
+    """A sub-command's parser that adds its arguments when it is first used (to parse, or to
+    show its usage or help): ``fanloop run`` does not build the options of every other
+    command before its first request."""
 
-    parser = argparse.ArgumentParser(
-        prog="fanloop",
-        description="Run an agent: stream its answer, fan its tool calls out, ask before "
-        "dangerous tools.",
-        epilog="Exit codes: 0 ok, 1 run failed or stopped early, 2 usage or configuration "
-        "error, 3 waiting for approval (--defer), 130 interrupted, 141 stdout closed.",
-    )
-    parser.add_argument("--version", action="version", version=f"fanloop {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    agent = _agent_options()
+    _fill: Callable[[argparse.ArgumentParser], None] | None = None
 
-    run = sub.add_parser(
-        "run", parents=[agent], help="run one prompt", description="Run one prompt."
-    )
+    def _filled(self) -> None:
+        fill, self._fill = self._fill, None
+        if fill is not None:
+            fill(self)
+
+    def parse_known_args(self, *args: Any, **kwargs: Any) -> Any:
+        self._filled()
+        return super().parse_known_args(*args, **kwargs)
+
+    def format_usage(self) -> str:
+        self._filled()
+        return super().format_usage()
+
+    def format_help(self) -> str:
+        self._filled()
+        return super().format_help()
+
+
+def _subcommand(
+    sub: Any, name: str, fill: Callable[[argparse.ArgumentParser], None], **kwargs: Any
+) -> None:
+    """Add the sub-command ``name``; ``fill`` adds its arguments when it is first used."""
+    parser: _LazyParser = sub.add_parser(name, **kwargs)
+    parser._fill = fill
+
+
+def _run_args(run: argparse.ArgumentParser) -> None:
+    _agent_options(run)
     run.add_argument("prompt", nargs="?", help="the prompt ('-' or none: read it from stdin)")
     run.add_argument("--session", metavar="ID", help="continue this session (created if new)")
 
-    chat = sub.add_parser(
-        "chat",
-        parents=[agent],
-        help="an interactive conversation",
-        description="An interactive conversation kept in a session. /exit or Ctrl-D leaves; "
-        "Ctrl-C cancels the answer being written, and exits at the prompt.",
-    )
+
+def _chat_args(chat: argparse.ArgumentParser) -> None:
+    _agent_options(chat)
     chat.add_argument("--session", metavar="ID", help="continue this session (created if new)")
 
-    demo = sub.add_parser(
-        "demo",
-        help="an offline tour of fanloop (no API key, no network)",
-        description="An offline tour: a fake model server on 127.0.0.1 driven through the "
-        "real OpenAI client.",
-    )
+
+def _demo_args(demo: argparse.ArgumentParser) -> None:
     demo.add_argument("--fast", action="store_true", help="skip the pauses between steps")
     _json_option(demo, "print the event stream as JSON lines")
 
-    web = sub.add_parser(
-        "web",
-        parents=[agent],
-        help="a chat page for the agent in your browser",
-        description="Serve a chat page for an agent: streamed text, tool calls, approve/deny "
-        "buttons for dangerous calls, sub-agents side by side, usage and cost, sessions. The "
-        "agent comes from the options below (as for `fanloop run`), from MODULE:AGENT, or "
-        "from --demo (no key, no network). It listens on 127.0.0.1 unless --host says "
-        "otherwise; any other host needs --token.",
-    )
+
+def _web_args(web: argparse.ArgumentParser) -> None:
+    _agent_options(web)
     web.add_argument(
         "agent",
         nargs="?",
@@ -208,59 +211,31 @@ def build_parser() -> argparse.ArgumentParser:
         "any host but loopback",
     )
 
-    sessions = sub.add_parser(
-        "sessions",
-        help="list, show and resume sessions; approve deferred calls; check tool effects",
-        description="Every run and chat is kept in a session (SQLite under --root, or the "
-        "--store / $FANLOOP_STORE database). These commands list and show sessions, resume "
-        "one, answer the calls it waits to have approved, and check its tool effects.",
-    )
-    ssub = sessions.add_subparsers(dest="sessions_command", metavar="ACTION", required=True)
-    listing = ssub.add_parser(
-        "list",
-        help="every session, most recent first",
-        description="Every session, the most recently updated first: its id, last update, "
-        "message count, open effects and title.",
-    )
+
+def _list_args(listing: argparse.ArgumentParser) -> None:
     _root_option(listing)
     _json_option(listing, "one JSON object per session")
-    show = ssub.add_parser(
-        "show",
-        help="a session's conversation",
-        description="A session's conversation: prompts, answers, tool calls and their "
-        "results; then its open effects and the calls waiting for approval.",
-    )
+
+
+def _show_args(show: argparse.ArgumentParser) -> None:
     show.add_argument("id", metavar="ID")
     _root_option(show)
     _json_option(show, "one JSON object per message")
-    resume = ssub.add_parser(
-        "resume",
-        parents=[agent],
-        help="finish a session's open turn, then chat on",
-        description="Finish the turn a dead process left open in the session (if any), "
-        "then continue the conversation as `fanloop chat --session ID` does.",
-    )
+
+
+def _resume_args(resume: argparse.ArgumentParser) -> None:
+    _agent_options(resume)
     resume.add_argument("id", metavar="ID")
-    pending = ssub.add_parser(
-        "pending",
-        help="calls waiting for approval (of one session, or of all)",
-        description="Dangerous calls parked for a person (by --defer): the session, the "
-        "call id, the tool and its preview. Answer them with `fanloop sessions approve`.",
-    )
+
+
+def _pending_args(pending: argparse.ArgumentParser) -> None:
     pending.add_argument("id", metavar="ID", nargs="?")
     _root_option(pending)
     _json_option(pending, "one JSON object per waiting call")
-    approve = ssub.add_parser(
-        "approve",
-        parents=[agent],
-        help="approve (or --deny) a deferred call and run on",
-        description="Answer the calls a session waits for and run on: the rest of the "
-        "parked batch, then the loop, as `sessions resume` does. Every waiting call needs an "
-        "answer: name each CALL_ID, or pass --all. The parked turn's model call is not made "
-        "again.",
-        epilog="Exit codes: 0 the run completed, 1 an error (no such session or call, a "
-        "failed run), 2 usage, 3 it waits for approval again.",
-    )
+
+
+def _approve_args(approve: argparse.ArgumentParser) -> None:
+    _agent_options(approve)
     approve.add_argument("id", metavar="ID")
     approve.add_argument("call_ids", metavar="CALL_ID", nargs="*", help="the calls to answer")
     approve.add_argument(
@@ -273,21 +248,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="REASON",
         help="decline instead of approving; the model is told REASON (put it after the CALL_IDs)",
     )
-    effects = ssub.add_parser(
-        "effects",
-        help="tool-effect receipts (of one session, or the open ones of all)",
-        description="Dangerous tool calls leave a receipt: 'started' before the tool runs, "
-        "'committed' after. A receipt left 'started' means the outcome is unknown.",
-    )
+
+
+def _effects_args(effects: argparse.ArgumentParser) -> None:
     effects.add_argument("id", metavar="ID", nargs="?")
     _root_option(effects)
     _json_option(effects, "one JSON object per receipt")
-    resolve = ssub.add_parser(
-        "resolve-effect",
-        help="record whether an uncertain effect took place",
-        description="After checking the outside world, record whether the call's effect "
-        "was applied; `sessions resume` then continues the session.",
-    )
+
+
+def _resolve_args(resolve: argparse.ArgumentParser) -> None:
     resolve.add_argument("id", metavar="ID")
     resolve.add_argument("call_id", metavar="CALL_ID")
     outcome = resolve.add_mutually_exclusive_group(required=True)
@@ -295,6 +264,126 @@ def build_parser() -> argparse.ArgumentParser:
     outcome.add_argument("--not-applied", dest="applied", action="store_false")
     resolve.add_argument("--note", help="what you found")
     _root_option(resolve)
+
+
+def _sessions_args(sessions: argparse.ArgumentParser) -> None:
+    ssub = sessions.add_subparsers(dest="sessions_command", metavar="ACTION", required=True)
+    _subcommand(
+        ssub,
+        "list",
+        _list_args,
+        help="every session, most recent first",
+        description="Every session, the most recently updated first: its id, last update, "
+        "message count, open effects and title.",
+    )
+    _subcommand(
+        ssub,
+        "show",
+        _show_args,
+        help="a session's conversation",
+        description="A session's conversation: prompts, answers, tool calls and their "
+        "results; then its open effects and the calls waiting for approval.",
+    )
+    _subcommand(
+        ssub,
+        "resume",
+        _resume_args,
+        help="finish a session's open turn, then chat on",
+        description="Finish the turn a dead process left open in the session (if any), "
+        "then continue the conversation as `fanloop chat --session ID` does.",
+    )
+    _subcommand(
+        ssub,
+        "pending",
+        _pending_args,
+        help="calls waiting for approval (of one session, or of all)",
+        description="Dangerous calls parked for a person (by --defer): the session, the "
+        "call id, the tool and its preview. Answer them with `fanloop sessions approve`.",
+    )
+    _subcommand(
+        ssub,
+        "approve",
+        _approve_args,
+        help="approve (or --deny) a deferred call and run on",
+        description="Answer the calls a session waits for and run on: the rest of the "
+        "parked batch, then the loop, as `sessions resume` does. Every waiting call needs an "
+        "answer: name each CALL_ID, or pass --all. The parked turn's model call is not made "
+        "again.",
+        epilog="Exit codes: 0 the run completed, 1 an error (no such session or call, a "
+        "failed run), 2 usage, 3 it waits for approval again.",
+    )
+    _subcommand(
+        ssub,
+        "effects",
+        _effects_args,
+        help="tool-effect receipts (of one session, or the open ones of all)",
+        description="Dangerous tool calls leave a receipt: 'started' before the tool runs, "
+        "'committed' after. A receipt left 'started' means the outcome is unknown.",
+    )
+    _subcommand(
+        ssub,
+        "resolve-effect",
+        _resolve_args,
+        help="record whether an uncertain effect took place",
+        description="After checking the outside world, record whether the call's effect "
+        "was applied; `sessions resume` then continues the session.",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``fanloop`` command.
+
+    Each command's parser adds its arguments when it is first used (to parse, or to show its
+    usage or help).
+    """
+    from .._version import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="fanloop",
+        description="Run an agent: stream its answer, fan its tool calls out, ask before "
+        "dangerous tools.",
+        epilog="Exit codes: 0 ok, 1 run failed or stopped early, 2 usage or configuration "
+        "error, 3 waiting for approval (--defer), 130 interrupted, 141 stdout closed.",
+    )
+    parser.add_argument("--version", action="version", version=f"fanloop {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_LazyParser)
+    _subcommand(sub, "run", _run_args, help="run one prompt", description="Run one prompt.")
+    _subcommand(
+        sub,
+        "chat",
+        _chat_args,
+        help="an interactive conversation",
+        description="An interactive conversation kept in a session. /exit or Ctrl-D leaves; "
+        "Ctrl-C cancels the answer being written, and exits at the prompt.",
+    )
+    _subcommand(
+        sub,
+        "demo",
+        _demo_args,
+        help="an offline tour of fanloop (no API key, no network)",
+        description="An offline tour: a fake model server on 127.0.0.1 driven through the "
+        "real OpenAI client.",
+    )
+    _subcommand(
+        sub,
+        "web",
+        _web_args,
+        help="a chat page for the agent in your browser",
+        description="Serve a chat page for an agent: streamed text, tool calls, approve/deny "
+        "buttons for dangerous calls, sub-agents side by side, usage and cost, sessions. The "
+        "agent comes from the options below (as for `fanloop run`), from MODULE:AGENT, or "
+        "from --demo (no key, no network). It listens on 127.0.0.1 unless --host says "
+        "otherwise; any other host needs --token.",
+    )
+    _subcommand(
+        sub,
+        "sessions",
+        _sessions_args,
+        help="list, show and resume sessions; approve deferred calls; check tool effects",
+        description="Every run and chat is kept in a session (SQLite under --root, or the "
+        "--store / $FANLOOP_STORE database). These commands list and show sessions, resume "
+        "one, answer the calls it waits to have approved, and check its tool effects.",
+    )
     return parser
 
 
@@ -332,7 +421,7 @@ def _configure_logging(verbose: int) -> None:
 def _command(
     args: argparse.Namespace, console: Any
 ) -> Callable[[], Coroutine[Any, Any, int]] | None:
-    from . import _app, _sessions
+    from . import _app
 
     if args.command == "run":
         return partial(_app.cmd_run, args, console)
@@ -354,6 +443,8 @@ def _command(
             from ._approve import cmd_approve
 
             return partial(cmd_approve, args, console)
+        from . import _sessions
+
         return partial(
             {
                 "list": _sessions.cmd_list,

@@ -24,17 +24,10 @@ import anyio
 from anyio.abc import TaskStatus
 
 from .. import Agent, Limits
-from .._delegate import AgentTool, DelegateTool, Delegation
 from ..errors import ConfigurationError, FanloopError, ProviderError
 from ..providers import Provider, from_env, resolve_provider
 from ..providers._resolve import VENDORS
-from ..sessions import (
-    PostgresStore,
-    Session,
-    SessionNotFound,
-    SQLiteStore,
-    pending_approvals,
-)
+from ..sessions import Session, SessionNotFound, SQLiteStore, pending_approvals
 from ._exits import (
     EXIT_AWAITING,
     EXIT_CONFIG,
@@ -58,6 +51,7 @@ from ._terminal import EXIT_BROKEN_PIPE, GuardedStream, safe
 
 if TYPE_CHECKING:
     from .._result import RunResult
+    from ..sessions import PostgresStore
 
 __all__ = [
     "EXIT_AWAITING",
@@ -125,6 +119,8 @@ def make_store(
     """
     if not is_postgres(target):
         return SQLiteStore(os.path.expanduser(target))
+    from ..sessions import PostgresStore  # only for a PostgreSQL URL: SQLite is the default
+
     env = os.environ if environ is None else environ
     schema = env.get(SCHEMA_ENV, "").strip() or "fanloop"
     try:
@@ -508,6 +504,11 @@ def build_setup(
             answered=human.input_ended,
         )
     limits = Limits(max_turns=args.max_turns, timeout=args.timeout)
+    delegation: Any = False
+    if args.delegate:
+        from .._delegate import Delegation  # only with --delegate
+
+        delegation = Delegation(tools=delegate_tools)
     options: dict[str, Any] = {}
     if retry is not None:
         options["retry"] = retry
@@ -517,7 +518,7 @@ def build_setup(
         tools=tools,
         confirm=gate,
         observer=EventObserver(view),
-        delegation=Delegation(tools=delegate_tools) if args.delegate else False,
+        delegation=delegation,
         memory=args.memory,
         skills=args.skills,
         workspace=root,
@@ -526,10 +527,19 @@ def build_setup(
     )
     if isinstance(view, HumanView):
         view.dangerous = frozenset(n for n, t in agent.tools.items() if t.dangerous)
-        view.subagent_tools = frozenset(
-            n for n, t in agent.tools.items() if isinstance(t, DelegateTool | AgentTool)
-        )
+        view.subagent_tools = _subagent_tools(agent)
     return AgentSetup(agent, view, reader)
+
+
+def _subagent_tools(agent: Agent) -> frozenset[str]:
+    """The names of the agent's tools that run sub-agents (``delegate``, ``Agent.as_tool``)."""
+    # Their classes live in fanloop._delegate: while nothing has imported it, no tool can be one
+    # (a run without --delegate does not import it).
+    delegate = sys.modules.get("fanloop._delegate")
+    if delegate is None:
+        return frozenset()
+    kinds = (delegate.DelegateTool, delegate.AgentTool)
+    return frozenset(n for n, t in agent.tools.items() if isinstance(t, kinds))
 
 
 async def close_provider(provider: Any) -> None:

@@ -17,10 +17,11 @@ uncertain. Stores are pluggable behind the :class:`SessionStore` protocol; fanlo
 ``docs/sessions.md``.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from .._approvals import PendingApproval, pending_approvals
 from .._session_budget import SessionSpend, session_budget, session_spend, set_session_budget
 from ._errors import EffectConflict, SessionConflict, SessionError, SessionNotFound
-from ._memory import MemoryStore
 from ._models import (
     EffectClaim,
     EffectReceipt,
@@ -30,10 +31,33 @@ from ._models import (
     arguments_hash,
     new_session_id,
 )
-from ._postgres import PostgresStore
 from ._session import Session
 from ._sqlite import SQLiteStore
 from ._store import SessionStore
+
+if TYPE_CHECKING:
+    from ._memory import MemoryStore
+    from ._postgres import PostgresStore
+
+# Loaded on first use: a program on one store does not pay for the others (``fanloop run``
+# on SQLite, its default, needs neither the in-memory store nor the PostgreSQL one).
+_LAZY = {"MemoryStore": "_memory", "PostgresStore": "_postgres"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "EffectClaim",

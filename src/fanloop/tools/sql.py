@@ -30,16 +30,18 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ToolError
 from ._blocking import Stop, run_blocking
-from ._sql_check import Dialect, Statement, check_statement
-from ._sql_pg import execute_postgres
-from ._sql_rows import CELL_CHARS, QueryRows
-from ._sql_sqlite import execute_sqlite
 from ._workspace import StrPath, Workspace, arg_opt_str, arg_str, truncate
 from .base import Tool, ToolResult
+
+if TYPE_CHECKING:
+    from ._sql_check import Dialect, Statement
+    from ._sql_pg import execute_postgres
+    from ._sql_rows import QueryRows
+    from ._sql_sqlite import execute_sqlite
 
 __all__ = [
     "QueryRows",
@@ -52,6 +54,25 @@ __all__ = [
 
 DSN_ENV = "FANLOOP_SQL_DSN"
 _MAX_NAME = 1000
+
+# The checker and the engines load when a statement is first checked or run: building the
+# tools (as every agent with the default tools does) does not compile the checker's patterns.
+_LAZY = {
+    "QueryRows": "._sql_rows",
+    "execute_postgres": "._sql_pg",
+    "execute_sqlite": "._sql_sqlite",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(module, __package__), name)
+    globals()[name] = value
+    return value
 
 
 def check_read_only(sql: str, dialect: Dialect | None = None) -> str:
@@ -69,28 +90,34 @@ def check_read_only(sql: str, dialect: Dialect | None = None) -> str:
         >>> check_read_only("SELECT 1;")
         'SELECT 1'
     """
+    from ._sql_check import check_statement
+
     return check_statement(sql, dialect).text
 
 
 def _check_in_thread(stop: Stop, sql: str, dialect: Dialect) -> Statement:
+    from ._sql_check import check_statement
+
     return check_statement(sql, dialect)
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Any, limit: int) -> str:
     if value is None:
         return "NULL"
     if isinstance(value, bytes | bytearray | memoryview):
         return f"<{len(bytes(value))} bytes>"
     text = str(value).replace("\n", "\\n")
-    return text if len(text) <= CELL_CHARS else text[:CELL_CHARS] + "…"
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def render_rows(result: QueryRows, max_chars: int, max_rows: int) -> str:
     """The rows as a ``|``-separated table with a header, bounded."""
+    from ._sql_rows import CELL_CHARS
+
     if not result.columns:
         return "(the statement returned no rows)"
     lines = [" | ".join(result.columns)]
-    lines += [" | ".join(_cell(v) for v in row) for row in result.rows]
+    lines += [" | ".join(_cell(v, CELL_CHARS) for v in row) for row in result.rows]
     n = len(result.rows)
     footer = f"({n} row{'s' if n != 1 else ''})"
     if result.more and n >= max_rows:
@@ -144,6 +171,8 @@ class _SqlTool(Tool):
         # Reading more than the tool can show is wasted: a few times max_chars at most.
         max_chars = max(4 * self.max_chars, 65_536)
         if kind == "postgres":
+            from ._sql_pg import execute_postgres
+
             return await execute_postgres(
                 target,
                 statement,
@@ -152,6 +181,8 @@ class _SqlTool(Tool):
                 timeout=self.query_timeout,
                 max_chars=max_chars,
             )
+        from ._sql_sqlite import execute_sqlite
+
         return await execute_sqlite(
             target,
             statement,
