@@ -97,26 +97,31 @@ def test_models_still_validate_and_dump_after_a_deferred_build() -> None:
 
 
 def test_the_default_tools_compile_their_patterns_on_first_use() -> None:
-    # What `fanloop run` builds before its first request: the tools' specs, not their engines.
+    # What `fanloop run` builds before its first request: the tools' specs, not their engines
+    # (nor the web tools' connection guard on httpcore2, which a provider on aiohttp never needs).
     out = _child(
         "import json, sys\n"
         "from fanloop.tools import default_tools\n"
         "tools = default_tools()\n"
         "specs = [t.name for t in tools]\n"
         "lazy = ('regex', 'structlog', 'fanloop.tools._html', 'fanloop.tools._sql_check',\n"
-        "    'fanloop.tools._sql_pg', 'fanloop.tools._sql_sqlite', 'fanloop.tools._sql_rows')\n"
+        "    'fanloop.tools._sql_pg', 'fanloop.tools._sql_sqlite', 'fanloop.tools._sql_rows',\n"
+        "    'httpcore2', 'fanloop.tools._guarded')\n"
         "before = [n for n in lazy if n in sys.modules]\n"
         "from fanloop.tools._secrets import redact\n"
         "hidden = 'sk-' + 'a' * 40 not in redact('key sk-' + 'a' * 40)\n"
         "from fanloop.tools.sql import check_read_only\n"
         "checked = check_read_only('SELECT 1;')\n"
+        "from fanloop.tools import guarded_transport\n"
+        "guarded = type(guarded_transport()).__name__\n"
         "print(json.dumps({'before': before, 'tools': len(specs), 'hidden': hidden,\n"
-        "    'checked': checked}))\n"
+        "    'checked': checked, 'guarded': guarded}))\n"
     )
     assert out["before"] == []
     assert out["tools"] > 0
     assert out["hidden"] is True
     assert out["checked"] == "SELECT 1"
+    assert out["guarded"] == "_GuardedTransport"  # the connection guard, with httpcore2
 
 
 # What ``fanloop run`` (on the default SQLite store, without --delegate) has no use for before
@@ -147,9 +152,7 @@ NOT_BEFORE_FIRST_REQUEST = (
 
 
 @pytest.mark.parametrize("vendor", ["anthropic", "openai"])
-def test_fanloop_run_imports_only_what_its_first_request_needs(
-    vendor: str, tmp_path: Path
-) -> None:
+def test_fanloop_run_imports_only_what_its_first_request_needs(vendor: str, tmp_path: Path) -> None:
     # The first connection attempt stands for the first request: the child notes which modules
     # are loaded by then and stops (nothing listens on the discard port anyway).
     env = {
@@ -207,9 +210,9 @@ def test_the_session_stores_load_on_first_use() -> None:
         "same": True,
         "all": True,
     }
-    with pytest.raises(AttributeError):
-        import fanloop.sessions
+    import fanloop.sessions
 
+    with pytest.raises(AttributeError):
         fanloop.sessions.NoSuchStore  # noqa: B018
 
 

@@ -28,7 +28,8 @@ import pytest
 
 from fanloop.errors import ToolError
 from fanloop.tools import DEFAULT_TOOLS, HttpRequestTool, WebFetchTool
-from fanloop.tools._netguard import _GuardedBackend, _GuardedTransport, _resolve, parse_ip_host
+from fanloop.tools._guarded import _GuardedBackend, _GuardedTransport, _resolve
+from fanloop.tools._netguard import parse_ip_host
 from fanloop.tools.web import BlockedAddressError, NetworkPolicy, guarded_transport, html_to_text
 from heartbeat import Stopwatch, heartbeat
 

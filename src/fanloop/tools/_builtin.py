@@ -9,7 +9,9 @@ workspace root or read cache.
 
 from __future__ import annotations
 
-from ._netguard import BlockedAddressError, NetworkPolicy, guarded_transport
+from typing import TYPE_CHECKING, Any
+
+from ._netguard import BlockedAddressError, NetworkPolicy
 from ._readcache import ReadCache, default_db_path
 from ._workspace import StrPath, Workspace
 from .base import FunctionTool, RunContext, Tool, ToolResult, current_context, tool
@@ -28,6 +30,9 @@ from .memory import MEMORY_FILE, RememberTool, load_memory, memory_prompt
 from .shell import BashTool
 from .sql import SqlQueryTool, SqlSchemaTool
 from .web import HttpRequestTool, WebFetchTool
+
+if TYPE_CHECKING:
+    from ._guarded import guarded_transport
 
 READ_ONLY_NAMES = (
     "read_file",
@@ -146,3 +151,12 @@ __all__ = [
     "read_only_tools",
     "tool",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The connection guard (and httpcore2 under it) loads with a web tool's first client.
+    if name == "guarded_transport":
+        from ._guarded import guarded_transport
+
+        return guarded_transport
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

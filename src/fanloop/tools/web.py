@@ -36,11 +36,12 @@ import httpx2
 
 from ..errors import ToolError
 from ._blocking import Stop, run_blocking
-from ._netguard import BlockedAddressError, NetworkPolicy, guarded_transport
+from ._netguard import BlockedAddressError, NetworkPolicy
 from ._workspace import arg_str, truncate
 from .base import Tool, ToolResult
 
 if TYPE_CHECKING:
+    from ._guarded import guarded_transport
     from ._html import html_to_text
 
 __all__ = [
@@ -54,11 +55,16 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # ``html_to_text`` (and the ``regex`` module under it) is imported when a page is rendered.
+    # ``html_to_text`` (and the ``regex`` module under it) is imported when a page is rendered;
+    # ``guarded_transport`` (and httpcore2 under it) when a tool makes its first client.
     if name == "html_to_text":
         from ._html import html_to_text
 
         return html_to_text
+    if name == "guarded_transport":
+        from ._guarded import guarded_transport
+
+        return guarded_transport
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -169,6 +175,8 @@ class _HttpTool(Tool):
         if self.client is not None:
             yield self.client
             return
+        from ._guarded import guarded_transport
+
         async with httpx2.AsyncClient(
             transport=guarded_transport(self.network),
             timeout=self.http_timeout,
