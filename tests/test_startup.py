@@ -126,7 +126,7 @@ def test_the_default_tools_compile_their_patterns_on_first_use() -> None:
 
 # What ``fanloop run`` (on the default SQLite store, without --delegate) has no use for before
 # its first request: the other stores, the other commands, sub-agents, the SQL tools' checker
-# and engines, the vendor SDKs and the other HTTP stack.
+# and engines, Azure's endpoint, the vendor SDKs and the other HTTP stack.
 NOT_BEFORE_FIRST_REQUEST = (
     "fanloop.sessions._postgres",
     "fanloop.sessions._pg_pool",
@@ -142,6 +142,7 @@ NOT_BEFORE_FIRST_REQUEST = (
     "fanloop.tools._sql_pg",
     "fanloop.tools._sql_sqlite",
     "fanloop.tools._sql_rows",
+    "fanloop.providers._azure",
     "anthropic",
     "openai",
     "aiohttp",

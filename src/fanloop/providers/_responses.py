@@ -61,7 +61,6 @@ from ..messages import (
     _build,
     media_base64,
 )
-from ._azure import AzureTokenProvider, azure_provider
 from ._citations import fit, progress, responses_citation, responses_wire
 from ._endpoint import from_sdk_client, openai_endpoint, openai_sdk_errors
 from ._http import (
@@ -101,6 +100,7 @@ if TYPE_CHECKING:
     import openai
 
     from ..pacing import Pacer
+    from ._azure import AzureTokenProvider
 
 __all__ = ["OpenAIResponsesProvider"]
 
@@ -295,6 +295,8 @@ class OpenAIResponsesProvider(HTTPProvider):
         Raises:
             ConfigurationError: no endpoint, no credential or more than one.
         """
+        from ._azure import azure_provider  # only for Azure OpenAI
+
         return azure_provider(
             cls,
             deployment,

@@ -48,7 +48,6 @@ from ..messages import (
     ToolCallPart,
     media_base64,
 )
-from ._azure import AzureTokenProvider, azure_provider
 from ._citations import chat_citation, fit
 from ._endpoint import from_sdk_client, openai_endpoint, openai_sdk_errors
 from ._http import (
@@ -83,6 +82,7 @@ if TYPE_CHECKING:
     import openai
 
     from ..pacing import Pacer
+    from ._azure import AzureTokenProvider
 
 __all__ = ["OpenAIProvider", "OpenAIResponsesProvider"]
 
@@ -286,6 +286,8 @@ class OpenAIProvider(HTTPProvider):
         Raises:
             ConfigurationError: no endpoint, no credential or more than one.
         """
+        from ._azure import azure_provider  # only for Azure OpenAI
+
         return azure_provider(
             cls,
             deployment,
