@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio
 
 from ._log import logger
+from ._record import by_fields
 from ._result import PendingApproval, TerminationReason
 from ._run import CLEANUP_GRACE
 from .errors import ApprovalConflict, ApprovalError
@@ -89,7 +90,8 @@ Answer = bool | str
 reason for the model."""
 
 
-@dataclass(slots=True)
+@by_fields
+@dataclass(slots=True, eq=False, repr=False)
 class Parked:
     """Where a batch stopped: the index of the deferred call and its preview."""
 

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from ._record import by_fields
 from .errors import ConfigurationError
 
 __all__ = ["DEFAULT_CONTEXT", "NO_CONCURRENCY", "Concurrency", "ContextPolicy"]
@@ -39,7 +40,8 @@ def _caps(
     return MappingProxyType(frozen)
 
 
-@dataclass(frozen=True, slots=True)
+@by_fields
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Concurrency:
     """How many of an agent's tool calls run at once: ``Agent(concurrency=Concurrency(...))``
     (docs/fanout.md).
@@ -75,7 +77,8 @@ class Concurrency:
         set_(self, "concurrency_limits", keyed)
 
 
-@dataclass(frozen=True, slots=True)
+@by_fields
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class ContextPolicy:
     """How a conversation is kept inside the model's context window:
     ``Agent(context=ContextPolicy(...))`` (docs/limits.md).

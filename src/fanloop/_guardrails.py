@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias, cast, overl
 import anyio
 
 from ._loop import run_loop
+from ._record import by_fields
 from ._result import GuardrailTrip, RunResult, TerminationReason
 from .errors import ConfigurationError
 from .events import GuardrailTripped
@@ -49,7 +50,8 @@ GuardrailFn: TypeAlias = Callable[..., "GuardrailResult | Awaitable[GuardrailRes
 text)`` for an output guardrail; sync or async; returns a :class:`GuardrailResult`."""
 
 
-@dataclass(frozen=True, slots=True)
+@by_fields
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class GuardrailResult:
     """What a guardrail's function returns.
 
@@ -229,7 +231,8 @@ def output_guardrail(
     return OutputGuardrail(fn, name=name)
 
 
-@dataclass(frozen=True, slots=True)
+@by_fields
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Guardrails:
     """An agent's guardrails, sorted once when the agent is made, and how a run uses them."""
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from ._dispatch import Emitter
+from ._record import by_fields
 from ._result import TerminationReason
 from ._run import _NO_OUTPUT, dynamic_system
 from .errors import ConfigurationError
@@ -70,7 +71,8 @@ _SCHEMA: dict[str, Any] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@by_fields
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Handoff:
     """A handoff an agent can take: made by :func:`handoff` (a bare agent in
     ``Agent(handoffs=[...])`` is ``handoff(agent)``).

@@ -11,6 +11,7 @@ from pydantic_core import to_jsonable_python
 from typing_extensions import TypeVar
 
 from ._model_types import Usage
+from ._record import by_fields
 from .errors import RunIncomplete
 from .messages import Citation, Message
 
@@ -61,7 +62,8 @@ class TerminationReason(StrEnum):
     unknown = "unknown"
 
 
-@dataclass(frozen=True, slots=True)
+@by_fields
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class PendingApproval:
     """A dangerous call waiting for a person.
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from ._record import by_fields
 from .errors import ConfigurationError, ProviderError
 
 __all__ = ["RetryPolicy"]
 
 
-@dataclass(frozen=True, slots=True)
+@by_fields
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class RetryPolicy:
     """How transient model-call failures are retried.
 

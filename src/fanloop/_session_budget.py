@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from ._model_types import Usage
+from ._record import by_fields
 from .limits import Limits
 
 if TYPE_CHECKING:
@@ -38,7 +39,8 @@ _SHARED = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@by_fields
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class SessionSpend:
     """What the runs of a session have spent so far.
 

@@ -17,11 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ._model_types import Usage
+from ._record import by_fields
 
 __all__ = ["ModelInfo", "cost_of", "model_info", "register_model"]
 
 
-@dataclass(frozen=True, slots=True)
+@by_fields
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class ModelInfo:
     """What fanloop knows of one model.
 

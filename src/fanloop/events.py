@@ -16,10 +16,10 @@ gives a JSON-ready form.
 from __future__ import annotations
 
 import dataclasses
-import reprlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
 
+from ._record import by_fields
 from .messages import Citation, Message, ToolCallPart, ToolResultPart
 
 if TYPE_CHECKING:
@@ -73,25 +73,15 @@ PacingReason: TypeAlias = Literal["requests", "tokens", "concurrency", "cooldown
 group's cooldown after a rate limit (see :mod:`fanloop.pacing`)."""
 
 
-@dataclass(slots=True, kw_only=True)
+@by_fields
+@dataclass(slots=True, kw_only=True, eq=False, repr=False)
 class _Event:
-    # The event classes inherit ``__eq__`` and ``__repr__`` from here rather than have the
-    # dataclass machinery compile a pair for each of them: that was a third of the cost of
-    # ``import fanloop.events``. They behave as the generated ones.
+    # The event classes (dataclasses with ``eq=False, repr=False`` of their own) share
+    # ``__eq__`` and ``__repr__`` from here rather than have the dataclass machinery compile a
+    # pair for each of them (see fanloop._record). They behave as the generated ones.
     kind: ClassVar[str]
     agent_path: tuple[str, ...] = ()
     parent_call_id: str | None = None
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        names = _names(type(self))
-        return tuple(getattr(self, n) for n in names) == tuple(getattr(other, n) for n in names)
-
-    @reprlib.recursive_repr()
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{n}={getattr(self, n)!r}" for n in _names(type(self)))
-        return f"{type(self).__qualname__}({shown})"
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of this event (pydantic models are dumped in JSON mode)."""
@@ -99,16 +89,6 @@ class _Event:
         for f in dataclasses.fields(self):
             out[f.name] = _jsonable(getattr(self, f.name))
         return out
-
-
-_NAMES: dict[type, tuple[str, ...]] = {}
-
-
-def _names(cls: type[_Event]) -> tuple[str, ...]:
-    names = _NAMES.get(cls)
-    if names is None:
-        names = _NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
-    return names
 
 
 def _jsonable(value: Any) -> Any:

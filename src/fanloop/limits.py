@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import anyio
 
 from ._model_types import ModelRequest, ToolSpec, Usage, zero_usage
+from ._record import by_fields
 from ._result import TerminationReason
 from .catalog import ModelInfo, cost_of, model_info
 from .errors import ConfigurationError
@@ -47,7 +48,8 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@by_fields
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Limits:
     """What a run may spend before it ends.
 
@@ -234,7 +236,8 @@ def _messages_tokens(messages: Iterable[Message]) -> int:
     return sum(_memo(m, _count_message) for m in messages)
 
 
-@dataclass(frozen=True, slots=True)
+@by_fields
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class InputEstimate:
     """A high estimate of a request's input tokens.
 
@@ -392,7 +395,8 @@ class Reservation:
 Denial = tuple[TerminationReason, str]
 
 
-@dataclass(slots=True)
+@by_fields
+@dataclass(slots=True, eq=False, repr=False)
 class Budget:
     """The running account of a run tree, shared by the root run and its sub-agents.
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TextIO, runtime_checkable
 
 from ._log import logger
+from ._record import by_fields
 from .events import BudgetKind
 from .messages import ToolCallPart, ToolResultPart
 
@@ -60,7 +61,8 @@ OPTIONAL_CALLBACKS = (
 REQUIRED_CALLBACKS = ("on_request", "on_response", "on_retry", "on_tool_start", "on_tool_end")
 
 
-@dataclass(frozen=True, slots=True)
+@by_fields
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class ConversationContext:
     """Handed to ``on_conversation_start``: who is running, with which limits."""
 
@@ -72,7 +74,8 @@ class ConversationContext:
     session_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@by_fields
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class ConversationSummary:
     """Handed to ``on_conversation_end``, once per conversation, on success or failure."""
 
@@ -345,7 +348,8 @@ def guarded(observer: LoopObserver | None) -> LoopObserver:
 MaybeAwaitable = Awaitable[None] | None
 
 
-@dataclass(frozen=True, slots=True)
+@by_fields
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Hooks:
     """Callbacks for the moments of a run. Each may be a plain function or ``async def``.
 

@@ -24,6 +24,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from .. import Agent, Limits
+from .._record import by_fields
 from ..errors import ConfigurationError, FanloopError, ProviderError
 from ..providers import Provider, from_env, resolve_provider
 from ..providers._resolve import VENDORS
@@ -356,7 +357,8 @@ async def run_command(
 # -- one run ----------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
+@by_fields
+@dataclass(slots=True, eq=False, repr=False)
 class RunOutcome:
     """How one run went: its result (``None`` if it never started) and its provider error."""
 
@@ -428,7 +430,8 @@ class Console:
         print(self.style.dim(message), file=self.out, flush=True)
 
 
-@dataclass(slots=True)
+@by_fields
+@dataclass(slots=True, eq=False, repr=False)
 class AgentSetup:
     """An agent with its view, gate and line reader, ready for runs."""
 

@@ -25,6 +25,7 @@ import anyio
 import httpx2
 
 from .. import tool
+from .._record import by_fields
 from .._result import RunResult
 from ..catalog import cost_of
 from ..providers import Usage
@@ -54,7 +55,8 @@ PLAN = """\
 """
 
 
-@dataclass(frozen=True, slots=True)
+@by_fields
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Pace:
     """How long things take: slow enough to watch, or ``--fast`` for tests."""
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .._record import by_fields
 from ..catalog import cost_of
 from ..observers import NullObserver
 from ._terminal import (
@@ -205,7 +206,8 @@ def describe_error(error: BaseException) -> str:
 Key = tuple[tuple[str, ...], str | None]
 
 
-@dataclass(slots=True)
+@by_fields
+@dataclass(slots=True, eq=False, repr=False)
 class _Batch:
     """One turn's calls, for the ``⇉`` line. Time spent waiting for a person at the approval
     prompt is not tool time: it is left out of the wall time."""

@@ -40,6 +40,7 @@ from anyio.abc import TaskStatus
 
 from .. import Agent, Limits
 from .._delegate import Delegation
+from .._record import by_fields
 from ..errors import ConfigurationError
 from ..messages import Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
 from ..sessions import (
@@ -160,7 +161,8 @@ def _options_agent(
 # -- the app ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@by_fields
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class WebOptions:
     """What the page is told about the server (``GET /api/info``) and who may use it.
 

@@ -53,6 +53,7 @@ import anyio.lowlevel
 import httpx2
 
 from .._log import logger
+from .._record import by_fields
 from ..errors import (
     AuthenticationError,
     BadRequest,
@@ -155,7 +156,8 @@ DEFAULT_MAX_BLOCKS = 1024
 """The most content blocks (tool calls) one response may hold by default."""
 
 
-@dataclass(frozen=True, slots=True)
+@by_fields
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class WireLimits:
     """The caps on what one response from the server may hold.
 
@@ -685,7 +687,8 @@ class Response(Protocol):
     async def aclose(self) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
+@by_fields
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class SDKErrors:
     """The exception classes of one SDK that its endpoint translates
     (:class:`~fanloop.providers._endpoint.SDKEndpoint`)."""

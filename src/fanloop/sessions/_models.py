@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple
 
+from .._record import by_fields
 from .._unicode import scrub_json
 from ..messages import Message, ToolResultPart
 
@@ -44,7 +45,8 @@ class EffectStatus(StrEnum):
     """An operator checked the outside world and found the effect not applied."""
 
 
-@dataclass(frozen=True, slots=True)
+@by_fields
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class EffectReceipt:
     """The durable record of one dangerous tool call.
 
@@ -91,7 +93,8 @@ class EffectClaim(NamedTuple):
     receipt: EffectReceipt
 
 
-@dataclass(frozen=True, slots=True)
+@by_fields
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class SessionInfo:
     """One line of :meth:`SessionStore.list`.
 
@@ -112,7 +115,8 @@ class SessionInfo:
     open_effects: int
 
 
-@dataclass(frozen=True, slots=True)
+@by_fields
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class SessionRecord:
     """A session as a store holds it; what ``open_record`` and ``read_record`` return.
 

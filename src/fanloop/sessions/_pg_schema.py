@@ -28,6 +28,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from .._record import by_fields
 from ._pg_copy import PIECE, STAGED
 
 __all__ = [
@@ -159,7 +160,8 @@ def redact(dsn: str) -> str:
     return scheme.group() + _URL_PASSWORD.sub(r"\1****", rest)
 
 
-@dataclass(frozen=True, slots=True)
+@by_fields
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Statements:
     """Every statement the store runs, with its schema filled in (built once per store)."""
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeVar
 
+from .._record import by_fields
 from ..errors import ToolError
 from ._blocking import Stop, Stopped
 from ._fread import LineReader, read_capped
@@ -81,7 +82,8 @@ class NotRegularFile(OSError):
     """The path is a pipe, socket or device (opening one could block or never end)."""
 
 
-@dataclass(slots=True)
+@by_fields
+@dataclass(slots=True, eq=False, repr=False)
 class Place:
     """A checked path, opened down to its parent directory.
 
@@ -370,7 +372,8 @@ class Budget:
 Kind = Literal["file", "dir", "link", "other"]
 
 
-@dataclass(slots=True, frozen=True)
+@by_fields
+@dataclass(slots=True, frozen=True, eq=False, repr=False)
 class Entry:
     """One entry met by :func:`walk`.
 

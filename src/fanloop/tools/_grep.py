@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from .._record import by_fields
 from ..errors import ToolError
 from ._blocking import Stop, run_blocking
 from ._filebase import _SKIP_DIRS, _SNIFF, _check_pattern, _FileTool, _is_binary, _read_failure
@@ -111,7 +112,8 @@ def _class_end(pattern: str, i: int) -> int:
     return len(pattern)
 
 
-@dataclass(frozen=True, slots=True)
+@by_fields
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class _Regex:
     line: Any  # regex.Pattern[str]: searched line by line
     window: Any  # the same pattern with MULTILINE, to rule out many lines at once; or None

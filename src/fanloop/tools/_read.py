@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._record import by_fields
 from ..errors import ToolError
 from ._blocking import Stop, run_blocking
 from ._filebase import _SNIFF, _FileTool, _is_binary, _read_failure, _size
@@ -30,7 +31,8 @@ __all__ = ["ReadFileTool"]
 _SCAN_LIMIT = 1 << 30  # read_file counts lines (and hashes) this many bytes at most
 
 
-@dataclass(frozen=True, slots=True)
+@by_fields
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class _Slice:
     path: Path
     display: str

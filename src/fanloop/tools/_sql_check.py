@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
+from .._record import by_fields
 from ..errors import ToolError
 
 __all__ = [
@@ -157,7 +158,8 @@ class Token(NamedTuple):
     name: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@by_fields
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Statement:
     """A checked statement.
 

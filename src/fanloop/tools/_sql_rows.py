@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .._record import by_fields
+
 __all__ = ["CELL_CHARS", "QueryRows", "RowReader", "cut_cell"]
 
 CELL_CHARS = 200
@@ -14,7 +16,8 @@ CELL_CHARS = 200
 so it still reads as cut."""
 
 
-@dataclass(frozen=True, slots=True)
+@by_fields
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class QueryRows:
     """What a statement returned.
 

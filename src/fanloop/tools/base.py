@@ -39,6 +39,7 @@ import pydantic_core
 
 from .._log import logger
 from .._model_types import ToolSpec
+from .._record import by_fields
 from ..errors import ConfigurationError, ToolError
 from ..messages import DocumentPart, ImagePart, TextPart, check_result_parts
 
@@ -57,7 +58,8 @@ __all__ = [
 DepsT = TypeVar("DepsT")
 
 
-@dataclass(frozen=True, slots=True)
+@by_fields
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class ToolResult:
     """What a tool hands back to the model.
 
@@ -97,7 +99,8 @@ class ToolResult:
         check_result_parts(parts)
 
 
-@dataclass(frozen=True, slots=True)
+@by_fields
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class RunContext(Generic[DepsT]):
     """The context of the run a tool call belongs to.
 

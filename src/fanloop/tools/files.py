@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._record import by_fields
 from ..errors import ToolError
 from ._blocking import Stop, run_blocking
 from ._diff import _PREVIEW_BYTES, _current_text, _near_miss, _preview_stop
@@ -61,7 +62,8 @@ __all__ = [
 # -- write_file -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@by_fields
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class _Written:
     path: Path
     display: str
@@ -217,7 +219,8 @@ def apply_edit(
     return text.replace(old, new), count
 
 
-@dataclass(frozen=True, slots=True)
+@by_fields
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class _Edit:
     path: Path
     display: str

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._record import by_fields
 from ..errors import ToolError
 from ._blocking import run_blocking
 from ._gitsafe import _FIXED_CONFIG, _base_environ, _check_layout, _driver_overrides, _environ
@@ -57,7 +58,8 @@ _MAX_FILES = 1000
 _MAX_MESSAGE_BYTES = 100_000
 
 
-@dataclass(frozen=True, slots=True)
+@by_fields
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class _Repo:
     """A located, checked repository: where it is and how to run git in it."""
 

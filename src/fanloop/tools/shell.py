@@ -35,6 +35,7 @@ import anyio.lowlevel
 from anyio.abc import ByteReceiveStream, Process
 
 from .._log import logger
+from .._record import by_fields
 from ..errors import ToolError
 from ._blocking import Stop, run_blocking
 from ._secrets import scrub_environ
@@ -47,7 +48,8 @@ _KILL_SETTLE = 2.0  # seconds to wait for killed processes to be gone
 _NONINTERACTIVE = {"PAGER": "cat", "GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0"}
 
 
-@dataclass(frozen=True, slots=True)
+@by_fields
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class CommandOutcome:
     """How a command ended.
 
