@@ -38,6 +38,9 @@ NOT_ON_IMPORT = (
     "fanloop.sessions",
     "fanloop.tools._builtin",
     "fanloop.cli",
+    # loaded by the agents that have guardrails or handoffs (and by their names in `fanloop`)
+    "fanloop._guardrails",
+    "fanloop._handoff",
 )
 
 

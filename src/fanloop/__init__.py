@@ -13,14 +13,6 @@ from ._agent import Agent
 from ._approvals import DEFER, PendingApproval
 from ._config import Concurrency, ContextPolicy
 from ._gather import gather
-from ._guardrails import (
-    GuardrailResult,
-    InputGuardrail,
-    OutputGuardrail,
-    input_guardrail,
-    output_guardrail,
-)
-from ._handoff import Handoff, handoff
 from ._result import GuardrailTrip, RunResult, TerminationReason
 from ._retry import RetryPolicy
 from ._settings import ModelSettings
@@ -42,11 +34,30 @@ from .tools.base import RunContext, Tool, ToolResult, tool
 
 if TYPE_CHECKING:
     from ._delegate import Delegation
+    from ._guardrails import (
+        GuardrailResult,
+        InputGuardrail,
+        OutputGuardrail,
+        input_guardrail,
+        output_guardrail,
+    )
+    from ._handoff import Handoff, handoff
     from ._stream import RunStream
 
 # Loaded on first use: ``import fanloop`` does not pay for what only some programs need
-# (``RunStream`` is what ``agent.stream()`` returns; ``Delegation`` configures sub-agents).
-_LAZY = {"Delegation": "_delegate", "RunStream": "_stream"}
+# (``RunStream`` is what ``agent.stream()`` returns; ``Delegation`` configures sub-agents;
+# guardrails and handoffs are loaded by the agents that have some).
+_LAZY = {
+    "Delegation": "_delegate",
+    "RunStream": "_stream",
+    "GuardrailResult": "_guardrails",
+    "InputGuardrail": "_guardrails",
+    "OutputGuardrail": "_guardrails",
+    "input_guardrail": "_guardrails",
+    "output_guardrail": "_guardrails",
+    "Handoff": "_handoff",
+    "handoff": "_handoff",
+}
 
 
 def __getattr__(name: str) -> Any:

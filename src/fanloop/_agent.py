@@ -33,8 +33,6 @@ from ._agent_config import (
 from ._config import DEFAULT_CONTEXT, NO_CONCURRENCY, Concurrency, ContextPolicy
 from ._dispatch import build_table
 from ._fanout import LimiterPool
-from ._guardrails import Guardrail, Guardrails, InputGuardrail, OutputGuardrail
-from ._handoff import Handoff, handoff_tools
 from ._migrants import AGENT_NAMES, MOVED_AGENT_NAMES, RUN_NAMES, refuse_migrant_names
 from ._model import Invoker, make_invoker
 from ._model_types import HostedTool, OutputFormat, ToolSpec
@@ -54,6 +52,8 @@ from .tools.base import Tool
 
 if TYPE_CHECKING:
     from ._delegate import Delegation
+    from ._guardrails import Guardrail, Guardrails, InputGuardrail, OutputGuardrail
+    from ._handoff import Handoff
     from ._stream import RunStream
     from .providers.base import Provider
     from .sessions import Session
@@ -345,12 +345,21 @@ class Agent(Generic[DepsT, OutputT]):
         set_("output", spec)
         set_("native_output", native)
         set_("output_format", output_format(spec) if native else None)
-        given_guardrails, guard = Guardrails.build(guardrails)
+        given_guardrails: tuple[Guardrail, ...] = ()
+        guard: Guardrails | None = None
+        if guardrails != ():  # loaded by the agents that have some (not by `import fanloop`)
+            from ._guardrails import Guardrails
+
+            given_guardrails, guard = Guardrails.build(guardrails)
         set_("guardrails", given_guardrails)
         set_("_guard", guard)
 
         all_tools = list(own_tools)
-        handoffs, handoff_tools_ = handoff_tools(handoffs, name)
+        handoff_tools_: list[Tool] = []
+        if handoffs != ():  # loaded by the agents that have some
+            from ._handoff import handoff_tools
+
+            handoffs, handoff_tools_ = handoff_tools(handoffs, name)  # type: ignore[assignment]
         set_("handoffs", handoffs)
         all_tools.extend(handoff_tools_)
         if not spec.is_text and not native:

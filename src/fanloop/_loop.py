@@ -21,7 +21,6 @@ from ._approvals import park
 from ._callids import distinct_call_ids
 from ._context import check_context
 from ._fanout import results_or_cancelled, run_batch
-from ._handoff import take_handoff
 from ._model import Ending
 from ._model_types import ModelResponse, StopReason
 from ._result import RunResult, TerminationReason
@@ -62,6 +61,8 @@ async def round_entry_guards(run: RunState) -> Ending | None:
     if run.ending is not None:
         return Ending(run.ending[0], detail=run.ending[1])
     if run.agent.handoffs:  # the last batch took a handoff: its target takes this round
+        from ._handoff import take_handoff  # loaded by the agents that have handoffs
+
         await take_handoff(run)
     if (late := run.past_deadline()) is not None:
         return Ending(TerminationReason.DEADLINE, detail=late)

@@ -13,7 +13,6 @@ import anyio
 
 from ._approvals import check_no_pending
 from ._dispatch import Emitter
-from ._handoff import enter_active_agent
 from ._log import bind_run, logger, unbind
 from ._loop import run_loop
 from ._result import RunResult, TerminationReason
@@ -126,6 +125,8 @@ async def run_observed(
         if callable(agent.system):
             run.system = await dynamic_system(agent.system, run)
         if session is not None:  # a resume goes on with the agent a handoff left in charge
+            from ._handoff import enter_active_agent
+
             await enter_active_agent(run, resumed=before is not None)
         log_tokens = bind_run(run.run_id, run.emitter.path)
         try:
