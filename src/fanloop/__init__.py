@@ -7,12 +7,13 @@ sub-agents in parallel.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._agent import Agent
 from ._approvals import DEFER, PendingApproval
 from ._config import Concurrency, ContextPolicy
 from ._gather import gather
+from ._lazy import lazy
 from ._result import GuardrailTrip, RunResult, TerminationReason
 from ._retry import RetryPolicy
 from ._settings import ModelSettings
@@ -48,32 +49,18 @@ if TYPE_CHECKING:
 # (``RunStream`` is what ``agent.stream()`` returns; ``Delegation`` configures sub-agents;
 # guardrails and handoffs are loaded by the agents that have some).
 _LAZY = {
-    "Delegation": "_delegate",
-    "RunStream": "_stream",
-    "GuardrailResult": "_guardrails",
-    "InputGuardrail": "_guardrails",
-    "OutputGuardrail": "_guardrails",
-    "input_guardrail": "_guardrails",
-    "output_guardrail": "_guardrails",
-    "Handoff": "_handoff",
-    "handoff": "_handoff",
+    "Delegation": "._delegate",
+    "RunStream": "._stream",
+    "GuardrailResult": "._guardrails",
+    "InputGuardrail": "._guardrails",
+    "OutputGuardrail": "._guardrails",
+    "input_guardrail": "._guardrails",
+    "output_guardrail": "._guardrails",
+    "Handoff": "._handoff",
+    "handoff": "._handoff",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fanloop' has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
-
+__getattr__, __dir__ = lazy(__name__, _LAZY)
 
 __all__ = [
     "Agent",

@@ -9,8 +9,9 @@ APIs themselves and import a vendor SDK only when given an SDK client (``client=
 :class:`FallbackProvider` asks the next provider when one fails for good.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._lazy import lazy
 from .._settings import ModelSettings
 from ..events import (
     CitationAdded,
@@ -60,9 +61,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "FallbackProvider":  # imported on first use: it builds on the loop's modules
-        from .fallback import FallbackProvider
-
-        return FallbackProvider
-    raise AttributeError(name)
+# Imported on first use: it builds on the loop's modules.
+__getattr__, __dir__ = lazy(__name__, {"FallbackProvider": ".fallback"})

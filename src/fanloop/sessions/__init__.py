@@ -17,9 +17,10 @@ uncertain. Stores are pluggable behind the :class:`SessionStore` protocol; fanlo
 ``docs/sessions.md``.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .._approvals import PendingApproval, pending_approvals
+from .._lazy import lazy
 from .._session_budget import SessionSpend, session_budget, session_spend, set_session_budget
 from ._errors import EffectConflict, SessionConflict, SessionError, SessionNotFound
 from ._models import (
@@ -41,22 +42,8 @@ if TYPE_CHECKING:
 
 # Loaded on first use: a program on one store does not pay for the others (``fanloop run``
 # on SQLite, its default, needs neither the in-memory store nor the PostgreSQL one).
-_LAZY = {"MemoryStore": "_memory", "PostgresStore": "_postgres"}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+_LAZY = {"MemoryStore": "._memory", "PostgresStore": "._postgres"}
+__getattr__, __dir__ = lazy(__name__, _LAZY)
 
 
 __all__ = [

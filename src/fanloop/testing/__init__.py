@@ -10,8 +10,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._lazy import lazy
 from ._examples import example_value
 from ._faults import Hostile, RateLimit, RateLimitLog
 from ._script import Fault, call, reply
@@ -35,9 +36,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "FakeLLMServer":
-        from ._server import FakeLLMServer
-
-        return FakeLLMServer
-    raise AttributeError(name)
+__getattr__, __dir__ = lazy(__name__, {"FakeLLMServer": "._server"})

@@ -9,8 +9,9 @@ workspace root or read cache.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._lazy import lazy
 from .base import FunctionTool, RunContext, Tool, ToolResult, current_context, tool
 
 if TYPE_CHECKING:
@@ -53,14 +54,6 @@ if TYPE_CHECKING:
 _EAGER = frozenset({"FunctionTool", "RunContext", "Tool", "ToolResult", "current_context", "tool"})
 
 
-def __getattr__(name: str) -> Any:
-    if name in __all__ and name not in _EAGER:
-        from . import _builtin
-
-        return getattr(_builtin, name)
-    raise AttributeError(f"module 'fanloop.tools' has no attribute {name!r}")
-
-
 __all__ = [
     "DEFAULT_TOOLS",
     "MEMORY_FILE",
@@ -101,3 +94,5 @@ __all__ = [
     "read_only_tools",
     "tool",
 ]
+
+__getattr__, __dir__ = lazy(__name__, {n: "._builtin" for n in __all__ if n not in _EAGER})

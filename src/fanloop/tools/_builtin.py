@@ -9,8 +9,9 @@ workspace root or read cache.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._lazy import lazy
 from ._netguard import BlockedAddressError, NetworkPolicy
 from ._readcache import ReadCache, default_db_path
 from ._workspace import StrPath, Workspace
@@ -153,10 +154,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # The connection guard (and httpcore2 under it) loads with a web tool's first client.
-    if name == "guarded_transport":
-        from ._guarded import guarded_transport
-
-        return guarded_transport
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The connection guard (and httpcore2 under it) loads with a web tool's first client.
+__getattr__, __dir__ = lazy(__name__, {"guarded_transport": "._guarded"})

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._lazy import lazy
 from ..errors import ToolError
 from ._blocking import Stop, run_blocking
 from ._workspace import StrPath, Workspace, arg_opt_str, arg_str, truncate
@@ -64,15 +65,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(module, __package__), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy(__name__, _LAZY)
 
 
 def check_read_only(sql: str, dialect: Dialect | None = None) -> str:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import httpx2
 
+from .._lazy import lazy
 from ..errors import ToolError
 from ._blocking import Stop, run_blocking
 from ._netguard import BlockedAddressError, NetworkPolicy
@@ -54,18 +55,9 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # ``html_to_text`` (and the ``regex`` module under it) is imported when a page is rendered;
-    # ``guarded_transport`` (and httpcore2 under it) when a tool makes its first client.
-    if name == "html_to_text":
-        from ._html import html_to_text
-
-        return html_to_text
-    if name == "guarded_transport":
-        from ._guarded import guarded_transport
-
-        return guarded_transport
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# ``html_to_text`` (and the ``regex`` module under it) is imported when a page is rendered;
+# ``guarded_transport`` (and httpcore2 under it) when a tool makes its first client.
+__getattr__, __dir__ = lazy(__name__, {"html_to_text": "._html", "guarded_transport": "._guarded"})
 
 
 _USER_AGENT = "fanloop (+https://github.com/fanloop/fanloop)"
