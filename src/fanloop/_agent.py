@@ -355,13 +355,13 @@ class Agent(Generic[DepsT, OutputT]):
         set_("_guard", guard)
 
         all_tools = list(own_tools)
-        handoff_tools_: list[Tool] = []
+        given_handoffs: tuple[Handoff, ...] = ()
         if handoffs != ():  # loaded by the agents that have some
             from ._handoff import handoff_tools
 
-            handoffs, handoff_tools_ = handoff_tools(handoffs, name)  # type: ignore[assignment]
-        set_("handoffs", handoffs)
-        all_tools.extend(handoff_tools_)
+            given_handoffs, handoff_tools_ = handoff_tools(handoffs, name)
+            all_tools.extend(handoff_tools_)
+        set_("handoffs", given_handoffs)
         if not spec.is_text and not native:
             all_tools.append(spec.tool())
         system_parts = [system] if isinstance(system, str) and system else []
@@ -403,7 +403,7 @@ class Agent(Generic[DepsT, OutputT]):
             tools=own_tools + hosted if hosted else own_tools,
             output_validators=output_validators,
             guardrails=given_guardrails,
-            handoffs=handoffs,
+            handoffs=given_handoffs,
             model_settings=settings,
             _limiters=_limiters,
         )
