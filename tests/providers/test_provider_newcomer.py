@@ -18,6 +18,7 @@ import ssl
 import subprocess
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -350,6 +351,57 @@ def test_a_provider_dropped_in_a_running_loop_closes_its_pool(server: FakeLLMSer
                 break
             await asyncio.sleep(0)
         assert pool.is_closed
+
+    asyncio.run(main())
+    collect_garbage()
+
+
+@TRANSPORTS
+def test_a_provider_dropped_as_its_loop_ends_closes_its_pool(
+    server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, transport: str
+) -> None:
+    """Dropped in the loop's last turn, its close is not left to a task that the loop's
+    shutdown cancels before it starts (the pool was left open, its connections unclosed)."""
+    monkeypatch.setenv("FANLOOP_HTTP_TRANSPORT", transport)
+    pools: list[Any] = []
+
+    async def main() -> None:
+        provider = OpenAIProvider("m", api_key="k", base_url=server.openai_base_url)
+        server.add("hello")
+        assert (await provider.complete(request("hi"))).text == "hello"
+        pools.append(provider._client._client)
+        del provider
+        collect_garbage()  # whatever the provider was part of is gone now, as the loop ends
+
+    asyncio.run(main())
+    assert pools[0].is_closed
+    collect_garbage()
+
+
+@TRANSPORTS
+def test_a_provider_collected_in_a_reference_cycle_closes_its_pool_quietly(
+    server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, transport: str
+) -> None:
+    """A provider the garbage collector finds in a cycle (here, of the caller's own making)
+    is collected with everything only it reaches. Its pool must not be among that garbage: the
+    finalizers of one collection all run first, so the pool's connections would be finalized
+    (aiohttp warns: "Unclosed connector") before its close could run."""
+    monkeypatch.setenv("FANLOOP_HTTP_TRANSPORT", transport)
+
+    async def main() -> None:
+        provider = OpenAIProvider("m", api_key="k", base_url=server.openai_base_url)
+        server.add("hello")
+        assert (await provider.complete(request("hi"))).text == "hello"
+        pool = weakref.ref(provider._client._client)
+        cycle: list[Any] = [provider]
+        cycle.append(cycle)
+        del provider, cycle
+        collect_garbage()  # an unclosed connection's warning (an error here) comes now
+        for _ in range(100):  # a few turns of the loop, no sleeping
+            if (open_pool := pool()) is None or open_pool.is_closed:
+                break
+            await asyncio.sleep(0)
+        assert pool() is None or pool().is_closed  # type: ignore[union-attr]
 
     asyncio.run(main())
     collect_garbage()

@@ -8,9 +8,16 @@ that each run their own loop. :class:`LoopPools` keeps one pool per running loop
 - the pool of a loop is made by the first request sent from that loop;
 - it is closed inside its loop when the loop shuts down (``asyncio.run()`` and ``anyio.run()``
   finalize async generators before closing the loop, and a small async generator started in
-  the loop holds the pool), or by :meth:`LoopPools.aclose`, or when the loop finalizes that
-  generator after the provider is garbage-collected;
+  the loop holds the pool), or by :meth:`LoopPools.aclose`, or soon after the provider is
+  garbage-collected (its loop is asked to close it, as :meth:`LoopPools.aclose` asks other
+  loops);
 - the pool of a loop that was closed without that shutdown step is dropped.
+
+An open pool is held by this module (:data:`_OPEN`), not only by its provider. A provider in a
+reference cycle is collected with everything only it reaches, and the finalizers of all of
+that run first: a pool among them would have its connections finalized ("Unclosed connector")
+before its close could run. The async generator refers to its :class:`LoopPools` weakly, so
+a provider that nothing else holds is freed at once, not at the collector's next pass.
 
 Looking up the current loop's pool is one identity check in the common case (the same loop as
 the last request).
@@ -21,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
@@ -48,7 +56,7 @@ class LoopPools:
         factory: makes a new pool; called in the loop that will use it.
     """
 
-    __slots__ = ("_entries", "_factory", "_last", "_lock")
+    __slots__ = ("__weakref__", "_entries", "_factory", "_last", "_lock")
 
     def __init__(self, factory: Callable[[], httpx2.AsyncClient]) -> None:
         self._factory = factory
@@ -77,8 +85,9 @@ class LoopPools:
             entry = self._entries.get(loop)
             if entry is None:
                 pool = self._factory()
-                keeper = _keeper(self, loop, pool)
+                keeper = _keeper(weakref.ref(self), loop, pool)
                 self._entries[loop] = (pool, keeper)
+                _OPEN[pool] = (loop, keeper)
             else:
                 pool = entry[0]
             self._last = (loop, pool)
@@ -92,7 +101,10 @@ class LoopPools:
         """Forget the pools of loops that were closed without finalizing them."""
         for loop in [k for k in self._entries if isinstance(k, asyncio.AbstractEventLoop)]:
             if loop.is_closed():
-                del self._entries[loop]
+                _OPEN.pop(self._entries.pop(loop)[0], None)
+        for pool, (owner, _) in list(_OPEN.items()):  # other providers' too: nobody else will
+            if isinstance(owner, asyncio.AbstractEventLoop) and owner.is_closed():
+                _OPEN.pop(pool, None)
         last = self._last
         if last is not None and last[0] not in self._entries:
             self._last = None
@@ -119,20 +131,42 @@ class LoopPools:
         for loop, (_pool, keeper) in entries:
             if loop is here:
                 await keeper.aclose()
-            elif isinstance(loop, asyncio.AbstractEventLoop) and not loop.is_closed():
-                with contextlib.suppress(RuntimeError):  # closed in the meantime
-                    loop.call_soon_threadsafe(_close_in_loop, keeper)
+            else:
+                _close_elsewhere(loop, keeper)
+
+    def __del__(self) -> None:
+        # Collected without aclose(): each live loop is asked to close its pool. A loop that
+        # stops first closes it anyway (the generator is alive until then: see _OPEN).
+        for loop, (_pool, keeper) in list(self._entries.items()):
+            _close_elsewhere(loop, keeper)
+
+
+_OPEN: dict[httpx2.AsyncClient, tuple[object, AsyncGenerator[None, None]]] = {}
+"""Every open pool, with its loop and the async generator that closes it (see the module's
+docstring); a pool leaves when it is closed, or when its loop is found closed."""
 
 
 async def _keeper(
-    pools: LoopPools, loop: object, pool: httpx2.AsyncClient
+    pools: weakref.ref[LoopPools], loop: object, pool: httpx2.AsyncClient
 ) -> AsyncGenerator[None, None]:
     """Holds ``pool`` open until its loop finalizes this generator, then closes it."""
     try:
         yield
     finally:
-        pools._forget(loop, pool)
-        await pool.aclose()
+        owner = pools()
+        if owner is not None:
+            owner._forget(loop, pool)
+        try:
+            await pool.aclose()
+        finally:
+            _OPEN.pop(pool, None)
+
+
+def _close_elsewhere(loop: object, keeper: AsyncGenerator[None, None]) -> None:
+    """Ask ``loop`` (maybe another thread's, maybe the running one) to close ``keeper``."""
+    if isinstance(loop, asyncio.AbstractEventLoop) and not loop.is_closed():
+        with contextlib.suppress(RuntimeError):  # closed in the meantime
+            loop.call_soon_threadsafe(_close_in_loop, keeper)
 
 
 def _close_in_loop(keeper: AsyncGenerator[None, None]) -> None:
@@ -143,6 +177,8 @@ def _close_in_loop(keeper: AsyncGenerator[None, None]) -> None:
 
 
 async def _close_quietly(keeper: AsyncGenerator[None, None]) -> None:
+    if keeper.ag_running:  # type: ignore[attr-defined]  # the loop's shutdown is closing it
+        return
     with contextlib.suppress(Exception):  # nobody waits for this close to report to
         await keeper.aclose()
 
