@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TypeVar
 
 import anyio.to_thread
 import pytest
@@ -28,13 +27,11 @@ import pytest
 from fanloop import Agent
 from fanloop.messages import ToolCallPart, ToolResultPart
 from fanloop.providers.anthropic import AnthropicProvider
-from fanloop.sessions import EffectReceipt, Session, SessionStore
+from fanloop.sessions import SessionStore
 from fanloop.testing import FakeLLMServer, reply
 from heartbeat import Heartbeat, heartbeat
 
 Reopen = Callable[[], Awaitable[SessionStore]]
-
-T = TypeVar("T")
 
 CHARS = 24 * 1024 * 1024
 """The answer's length: 24 Mi characters, about 26 MiB of JSON (some of them non-ASCII)."""
@@ -52,22 +49,6 @@ async def noise_floor(seconds: float) -> Heartbeat:
     async with heartbeat() as beat:
         await anyio.to_thread.run_sync(busy)
     return beat
-
-
-async def best_of_two(read: Callable[[], Awaitable[T]]) -> tuple[Heartbeat, T, Heartbeat]:
-    """A read's heartbeat, its value and the noise floor after it, from the better of two runs.
-
-    A read changes nothing, so it is run twice and held to its better run: a busy machine's
-    one-off stall does not repeat (160 ms seen twice in one load, beside another test worker
-    and two CPU burners, with none of it spent waiting for a CPU), a held loop does.
-    """
-    runs = []
-    for _ in range(2):
-        started = time.monotonic()
-        async with heartbeat() as beat:
-            value = await read()
-        runs.append((beat, value, await noise_floor((time.monotonic() - started) / 2)))
-    return min(runs, key=lambda run: run[0].max_stall - run[2].max_stall)
 
 
 @pytest.fixture
@@ -97,11 +78,10 @@ async def test_a_huge_answer_is_stored_and_read_back_while_the_loop_keeps_tickin
         floors.append(await noise_floor((time.monotonic() - started) / 2))
         assert result.text == text
 
-        async def load() -> Session:
-            return await (await reopen()).load("huge")
-
-        loading, again, floor = await best_of_two(load)
-        floors.append(floor)
+        started = time.monotonic()
+        async with heartbeat() as loading:
+            again = await (await reopen()).load("huge")
+        floors.append(await noise_floor((time.monotonic() - started) / 2))
         assert again.messages == session.messages
 
         call = ToolCallPart(id="k1", name="dump", arguments={"path": "out.txt"})
@@ -110,12 +90,11 @@ async def test_a_huge_answer_is_stored_and_read_back_while_the_loop_keeps_tickin
             await session.begin_effect(turn=1, call=call)
             done = await session.commit_effect("k1", ToolResultPart(call_id="k1", content=text))
         floors.append(await noise_floor((time.monotonic() - started) / 2))
-
-        async def read() -> EffectReceipt | None:
-            return await (await reopen()).get_receipt("huge", "k1")
-
-        reading, stored, floor = await best_of_two(read)
-        floors.append(floor)
+        fresh = await reopen()
+        started = time.monotonic()
+        async with heartbeat() as reading:
+            stored = await fresh.get_receipt("huge", "k1")
+        floors.append(await noise_floor((time.monotonic() - started) / 2))
         assert stored == done
     finally:
         await provider.aclose()
