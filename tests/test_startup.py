@@ -152,6 +152,7 @@ NOT_BEFORE_FIRST_REQUEST = (
     "structlog",
     "starlette",
     "uvicorn",
+    "trio",  # installed here (selenium needs it); httpcore2 loads it on first use only
 )
 
 
@@ -280,3 +281,37 @@ def test_bound_context_is_restored_after_a_run(first: str) -> None:
         "print(json.dumps({'own': dict(_BOUND.get()), 'structlog': ctx}))\n"
     )
     assert out == {"own": {}, "structlog": {}}
+
+
+def test_httpcore2_loads_trio_only_for_a_run_under_trio() -> None:
+    # httpcore2 imports trio (55-60 ms) whenever it is installed; fanloop hands it a stand-in
+    # that imports trio on first use (fanloop._httpcore). A run under asyncio never loads it;
+    # a run under trio, after httpcore2 was imported that way, still gets trio's locks.
+    pytest.importorskip("trio", reason="trio is not installed")
+    out = _child(
+        "import json, sys\n"
+        "import anyio\n"
+        "import fanloop.providers._idle\n"
+        "import httpcore2\n"
+        "from fanloop import Agent\n"
+        "from fanloop.providers.openai import OpenAIProvider\n"
+        "from fanloop.testing import FakeLLMServer\n"
+        "after_import = 'trio' in sys.modules\n"
+        "with FakeLLMServer(['one', 'two']) as server:\n"
+        "    provider = OpenAIProvider('m', api_key='k', base_url=server.openai_base_url,\n"
+        "                              transport='httpx')\n"
+        "    async def main():\n"
+        "        try:\n"
+        "            return (await Agent(provider).run('hi')).text\n"
+        "        finally:\n"
+        "            await provider.aclose()\n"
+        "    texts = [anyio.run(main)]\n"
+        "    after_asyncio = 'trio' in sys.modules\n"
+        "    texts.append(anyio.run(main, backend='trio'))\n"
+        "print(json.dumps({'after_import': after_import, 'after_asyncio': after_asyncio,\n"
+        "    'texts': texts, 'stand_in': type(httpcore2._synchronization.trio).__name__}))\n"
+    )
+    assert out["after_import"] is False
+    assert out["after_asyncio"] is False
+    assert out["texts"] == ["one", "two"]
+    assert out["stand_in"] == "_Trio"

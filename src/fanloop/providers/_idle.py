@@ -26,28 +26,19 @@ is read as the answer, exactly as a real one would be.
 
 from __future__ import annotations
 
-import select
 import ssl
 from collections.abc import Iterable
 from typing import Any
 
-import httpcore2
 import httpx2
 
+from .._httpcore import trio_on_first_use
+from ._sockets import socket_readable
+
+with trio_on_first_use():
+    import httpcore2
+
 __all__ = ["guarded_transport", "socket_readable"]
-
-
-def socket_readable(sock: Any) -> bool:
-    """Whether ``sock`` has bytes (or an end of stream) waiting to be read, without reading.
-
-    A socket that is gone counts as readable: a connection on it must not be reused.
-    """
-    fd = sock.fileno() if sock is not None else -1
-    if fd < 0:
-        return True
-    poller = select.poll()  # not select(): descriptors over 1023 are common with big pools
-    poller.register(fd, select.POLLIN)
-    return bool(poller.poll(0))
 
 
 def _anyio_buffers(stream: Any) -> tuple[list[Any], list[tuple[ssl.SSLObject, ssl.MemoryBIO]]]:

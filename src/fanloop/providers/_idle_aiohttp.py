@@ -27,7 +27,7 @@ from typing import Any
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
 
-from ._idle import socket_readable
+from ._sockets import socket_readable
 
 __all__ = ["GuardedConnector", "Unsent", "unsent"]
 
