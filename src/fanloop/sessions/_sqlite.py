@@ -27,7 +27,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -266,16 +266,13 @@ class SQLiteStore:
     ) -> None:
         """Store ``messages`` from index ``start`` (:class:`SessionConflict` if taken)."""
         jsons = await dump_models(messages)
-        rows = [
-            (session_id, start + i, m.role, text)
-            for i, (m, text) in enumerate(zip(messages, jsons, strict=True))
-        ]
+        roles = [m.role for m in messages]
 
         def append(conn: sqlite3.Connection) -> None:
             cursor = conn.execute(
                 "UPDATE sessions SET message_count = ?, updated_at = ? "
                 "WHERE id = ? AND message_count = ?",
-                (start + len(rows), self._clock(), session_id, start),
+                (start + len(jsons), self._clock(), session_id, start),
             )
             if cursor.rowcount != 1:
                 count = _message_count(conn, session_id)
@@ -284,27 +281,26 @@ class SQLiteStore:
                     "another writer changed it",
                     session_id=session_id,
                 )
-            conn.executemany(_INSERT_MESSAGE, rows)
+            conn.executemany(_INSERT_MESSAGE, _rows(session_id, start, roles, jsons))
+            jsons.clear()  # long texts are freed here, off the loop (see load_record)
 
         await self._write(append)
 
     async def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:
         """Replace the whole history in one transaction."""
         jsons = await dump_models(messages)
-        rows = [
-            (session_id, i, m.role, text)
-            for i, (m, text) in enumerate(zip(messages, jsons, strict=True))
-        ]
+        roles = [m.role for m in messages]
 
         def replace(conn: sqlite3.Connection) -> None:
             cursor = conn.execute(
                 "UPDATE sessions SET message_count = ?, updated_at = ? WHERE id = ?",
-                (len(rows), self._clock(), session_id),
+                (len(jsons), self._clock(), session_id),
             )
             if cursor.rowcount != 1:
                 raise SessionNotFound(session_id)
             conn.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
-            conn.executemany(_INSERT_MESSAGE, rows)
+            conn.executemany(_INSERT_MESSAGE, _rows(session_id, 0, roles, jsons))
+            jsons.clear()  # long texts are freed here, off the loop (see load_record)
 
         await self._write(replace)
 
@@ -492,6 +488,14 @@ def _message_count(conn: sqlite3.Connection, session_id: str) -> int:
 
 _Stored = tuple[float, float, str, list[bytes]]
 """A session's row as read: created_at, updated_at, metadata, and its messages' JSON."""
+
+
+def _rows(
+    session_id: str, start: int, roles: Sequence[str], jsons: Sequence[bytes]
+) -> Iterator[tuple[str, int, str, bytes]]:
+    """The rows of ``messages`` for these messages, numbered from ``start``."""
+    for offset, (role, text) in enumerate(zip(roles, jsons, strict=True)):
+        yield session_id, start + offset, role, text
 
 
 def _fetch_record(conn: sqlite3.Connection, session_id: str) -> _Stored:
