@@ -102,9 +102,7 @@ class LoopPools:
         for loop in [k for k in self._entries if isinstance(k, asyncio.AbstractEventLoop)]:
             if loop.is_closed():
                 _OPEN.pop(self._entries.pop(loop)[0], None)
-        for pool, (owner, _) in list(_OPEN.items()):  # other providers' too: nobody else will
-            if isinstance(owner, asyncio.AbstractEventLoop) and owner.is_closed():
-                _OPEN.pop(pool, None)
+        _drop_closed_loops()
         last = self._last
         if last is not None and last[0] not in self._entries:
             self._last = None
@@ -128,22 +126,31 @@ class LoopPools:
             entries = list(self._entries.items())
             self._entries.clear()
             self._last = None
-        for loop, (_pool, keeper) in entries:
+        for loop, (pool, keeper) in entries:
             if loop is here:
                 await keeper.aclose()
             else:
-                _close_elsewhere(loop, keeper)
+                _close_elsewhere(loop, pool)
 
     def __del__(self) -> None:
         # Collected without aclose(): each live loop is asked to close its pool. A loop that
-        # stops first closes it anyway (the generator is alive until then: see _OPEN).
-        for loop, (_pool, keeper) in list(self._entries.items()):
-            _close_elsewhere(loop, keeper)
+        # stops first closes it anyway (its generator is alive until then: see _OPEN).
+        for loop, (pool, _keeper) in list(self._entries.items()):
+            _close_elsewhere(loop, pool)
+        _drop_closed_loops()
 
 
 _OPEN: dict[httpx2.AsyncClient, tuple[object, AsyncGenerator[None, None]]] = {}
 """Every open pool, with its loop and the async generator that closes it (see the module's
 docstring); a pool leaves when it is closed, or when its loop is found closed."""
+
+
+def _drop_closed_loops() -> None:
+    """Let go of the pools of loops closed without finalizing their generators (nothing can
+    close those any more)."""
+    for pool, (loop, _) in list(_OPEN.items()):
+        if isinstance(loop, asyncio.AbstractEventLoop) and loop.is_closed():
+            _OPEN.pop(pool, None)
 
 
 async def _keeper(
@@ -157,30 +164,40 @@ async def _keeper(
         if owner is not None:
             owner._forget(loop, pool)
         try:
-            await pool.aclose()
+            await pool.aclose()  # nothing to do if it was closed already (see _close_pool)
         finally:
             _OPEN.pop(pool, None)
 
 
-def _close_elsewhere(loop: object, keeper: AsyncGenerator[None, None]) -> None:
-    """Ask ``loop`` (maybe another thread's, maybe the running one) to close ``keeper``."""
+def _close_elsewhere(loop: object, pool: httpx2.AsyncClient) -> None:
+    """Ask ``loop`` (maybe another thread's, maybe the running one) to close ``pool``.
+
+    The pool is closed, not its generator: the loop's shutdown may be closing the generator
+    at the same moment, and a generator closed twice at once is an error the loop reports.
+    Under another backend (trio) the pool is handed back to its generator alone, which that
+    backend finalizes once nothing holds it.
+    """
     if isinstance(loop, asyncio.AbstractEventLoop) and not loop.is_closed():
         with contextlib.suppress(RuntimeError):  # closed in the meantime
-            loop.call_soon_threadsafe(_close_in_loop, keeper)
+            loop.call_soon_threadsafe(_close_in_loop, pool)
+            return
+    _OPEN.pop(pool, None)
 
 
-def _close_in_loop(keeper: AsyncGenerator[None, None]) -> None:
-    """Close ``keeper`` (and so its pool) in the loop this runs in, as a task of its own."""
-    task = asyncio.get_running_loop().create_task(_close_quietly(keeper))
+def _close_in_loop(pool: httpx2.AsyncClient) -> None:
+    """Close ``pool`` in the loop this runs in, as a task of its own."""
+    task = asyncio.get_running_loop().create_task(_close_pool(pool))
     _closing.add(task)  # held until done: a task nobody references may be collected
     task.add_done_callback(_closing.discard)
 
 
-async def _close_quietly(keeper: AsyncGenerator[None, None]) -> None:
-    if keeper.ag_running:  # type: ignore[attr-defined]  # the loop's shutdown is closing it
-        return
-    with contextlib.suppress(Exception):  # nobody waits for this close to report to
-        await keeper.aclose()
+async def _close_pool(pool: httpx2.AsyncClient) -> None:
+    try:
+        with contextlib.suppress(Exception):  # nobody waits for this close to report to
+            await pool.aclose()
+    finally:
+        # Its generator, no longer held, is finalized by the loop and finds the pool closed.
+        _OPEN.pop(pool, None)
 
 
 _closing: set[asyncio.Task[Any]] = set()
