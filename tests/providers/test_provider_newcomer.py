@@ -405,3 +405,32 @@ def test_a_provider_collected_in_a_reference_cycle_closes_its_pool_quietly(
 
     asyncio.run(main())
     collect_garbage()
+
+
+@TRANSPORTS
+def test_a_provider_collected_just_before_its_loop_shuts_down_closes_its_pool_once(
+    server: FakeLLMServer, transport: str
+) -> None:
+    """The collection asks the loop to close the pool; the loop's shutdown closes the pool's
+    generator meanwhile. Both closing the generator at once was an error the loop reported
+    ("aclose(): asynchronous generator is already running")."""
+    reported: list[dict[str, Any]] = []
+    with asyncio.Runner() as runner:
+        runner.get_loop().set_exception_handler(lambda loop, context: reported.append(context))
+        provider = OpenAIProvider(
+            "m", api_key="k", base_url=server.openai_base_url, transport=transport
+        )
+        server.add("hello")
+
+        async def ask(asked: HTTPProvider) -> tuple[str, Any]:
+            return (await asked.complete(request("hi"))).text, asked._client._client
+
+        text, pool = runner.run(ask(provider))
+        cycle: list[Any] = [provider]
+        cycle.append(cycle)  # as providers often are: freed by the collector, not at once
+        del provider, cycle
+        collect_garbage()
+    assert text == "hello"
+    assert pool.is_closed
+    assert reported == []
+    collect_garbage()
