@@ -284,15 +284,16 @@ def test_bound_context_is_restored_after_a_run(first: str) -> None:
 
 
 def test_httpcore2_loads_trio_only_for_a_run_under_trio() -> None:
-    # httpcore2 imports trio (55-60 ms) whenever it is installed; fanloop hands it a stand-in
+    # httpcore2 imports trio (55-60 ms) whenever it is installed; the CLI hands it a stand-in
     # that imports trio on first use (fanloop._httpcore). A run under asyncio never loads it;
     # a run under trio, after httpcore2 was imported that way, still gets trio's locks.
     pytest.importorskip("trio", reason="trio is not installed")
     out = _child(
         "import json, sys\n"
         "import anyio\n"
-        "import fanloop.providers._idle\n"
-        "import httpcore2\n"
+        "from fanloop._httpcore import trio_on_first_use\n"
+        "with trio_on_first_use():\n"
+        "    import httpcore2\n"
         "from fanloop import Agent\n"
         "from fanloop.providers.openai import OpenAIProvider\n"
         "from fanloop.testing import FakeLLMServer\n"
@@ -309,9 +310,11 @@ def test_httpcore2_loads_trio_only_for_a_run_under_trio() -> None:
         "    after_asyncio = 'trio' in sys.modules\n"
         "    texts.append(anyio.run(main, backend='trio'))\n"
         "print(json.dumps({'after_import': after_import, 'after_asyncio': after_asyncio,\n"
-        "    'texts': texts, 'stand_in': type(httpcore2._synchronization.trio).__name__}))\n"
+        "    'texts': texts, 'stand_in': type(httpcore2._synchronization.trio).__name__,\n"
+        "    'trio_now': type(sys.modules['trio']).__name__}))\n"
     )
     assert out["after_import"] is False
     assert out["after_asyncio"] is False
     assert out["texts"] == ["one", "two"]
-    assert out["stand_in"] == "_Trio"
+    assert out["stand_in"] == "module"  # the stand-in gave httpcore2 the real one on first use
+    assert out["trio_now"] == "module"  # the real one, once a run under trio imported it

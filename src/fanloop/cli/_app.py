@@ -24,6 +24,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from .. import Agent, Limits
+from .._httpcore import trio_on_first_use
 from .._record import by_fields
 from ..errors import ConfigurationError, FanloopError, ProviderError
 from ..providers import Provider, from_env, resolve_provider
@@ -231,7 +232,7 @@ def make_provider(
     # (made for hundreds of requests in flight) would add ~70 ms of import to every start.
     transport = "auto" if env.get("FANLOOP_HTTP_TRANSPORT", "").strip() else "httpx"
     try:
-        return from_env(env, transport=transport)
+        resolved = from_env(env, transport=transport)
     except ConfigurationError as exc:
         message = str(exc)
         if message.startswith("LLM_PROVIDER is not set"):
@@ -241,6 +242,12 @@ def make_provider(
         elif "_API_KEY is not set" in message:
             message += f"; set {message.split()[0]} (or LLM_API_KEY) in the environment"
         raise CommandError(message, EXIT_CONFIG) from None
+    if transport == "httpx":
+        # httpx2's pool would load trio (55-60 ms) where it is installed; this process runs
+        # on asyncio and starts no thread that imports trio (see fanloop._httpcore).
+        with trio_on_first_use():
+            import httpcore2  # noqa: F401
+    return resolved
 
 
 def _refuse_foreign_endpoint(env: Mapping[str, str], vendor: str) -> None:

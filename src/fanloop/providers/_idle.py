@@ -30,13 +30,10 @@ import ssl
 from collections.abc import Iterable
 from typing import Any
 
+import httpcore2
 import httpx2
 
-from .._httpcore import trio_on_first_use
 from ._sockets import socket_readable
-
-with trio_on_first_use():
-    import httpcore2
 
 __all__ = ["guarded_transport", "socket_readable"]
 

@@ -16,13 +16,10 @@ from contextlib import contextmanager
 from typing import Any
 
 import anyio
+import httpcore2
 import httpx2
 
-from .._httpcore import trio_on_first_use
 from ._netguard import BlockedAddressError, IPAddress, NetworkPolicy, Resolver, parse_ip_host
-
-with trio_on_first_use():
-    import httpcore2
 
 __all__ = ["guarded_transport"]
 
