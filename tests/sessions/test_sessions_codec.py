@@ -206,3 +206,14 @@ async def test_a_long_stored_text_is_freed_in_the_worker_not_on_the_loop() -> No
     assert record.messages == (message,)
     assert texts == [b""]  # handed over: emptied
     assert _FREED_IN and _FREED_IN[0] != threading.main_thread().name
+
+
+async def test_release_frees_long_texts_in_a_worker_thread() -> None:
+    # What the PostgreSQL store does with a long message's JSON once it is written.
+    import threading
+
+    _FREED_IN.clear()
+    texts: list[Any] = [_Tracked(b"x" * (2 * _unicode.INLINE))]
+    await _codec.release(texts)
+    assert texts == []
+    assert _FREED_IN and _FREED_IN[0] != threading.main_thread().name

@@ -57,6 +57,7 @@ __all__ = [
     "receipt_from_row",
     "receipt_row",
     "receipts_from_rows",
+    "release",
     "title_in",
     "valid_receipt",
 ]
@@ -321,6 +322,13 @@ async def load_record(
         )
 
     return await off_loop(heavy, decode)  # type: ignore[no-any-return]
+
+
+async def release(texts: list[Any]) -> None:
+    """Empty ``texts`` (long stored texts no longer needed) in a worker thread: freeing tens of
+    MiB gives pages back to the system, which on the event loop stalls it (see
+    :func:`load_record`)."""
+    await off_loop(True, texts.clear)
 
 
 def title_in(metadata: str | bytes) -> str | None:

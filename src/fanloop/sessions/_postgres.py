@@ -23,6 +23,7 @@ from ._codec import (
     merge_metadata,
     receipt_row,
     receipts_from_rows,
+    release,
     title_in,
 )
 from ._errors import SessionConflict, SessionNotFound
@@ -176,6 +177,8 @@ class PostgresStore:
             )
 
         await self._run(append, transaction=staged)
+        if staged:
+            await release(jsons)
 
     async def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:
         """Replace the whole history in one transaction."""
@@ -196,6 +199,8 @@ class PostgresStore:
                 await conn.execute(self._sql.insert_messages, params)
 
         await self._run(replace, transaction=True)
+        if staged:
+            await release(jsons)
 
     async def update_metadata(self, session_id: str, changes: Mapping[str, Any]) -> dict[str, Any]:
         """Merge ``changes`` into the metadata; ``None`` removes a key."""

@@ -347,7 +347,7 @@ class SQLiteStore:
 
     async def add_receipt(self, receipt: EffectReceipt) -> EffectReceipt:
         """Insert ``receipt`` unless its call id has one; return the stored receipt."""
-        row = await receipt_row(receipt)
+        held = [await receipt_row(receipt)]  # handed to the worker, freed there
 
         def add(conn: sqlite3.Connection) -> EffectReceipt:
             _require_session(conn, receipt.session_id)
@@ -355,7 +355,7 @@ class SQLiteStore:
                 f"INSERT INTO effects ({_EFFECT_COLUMNS}) "
                 "VALUES (?, ?, ?, ?, ?, ?, CAST(? AS TEXT), ?, ?, ?, ?) "
                 "ON CONFLICT (session_id, call_id) DO NOTHING",
-                row,
+                held.pop(),
             )
             stored = _get_receipt(conn, receipt.session_id, receipt.call_id)
             assert stored is not None
@@ -367,7 +367,8 @@ class SQLiteStore:
         self, receipt: EffectReceipt, *, expected: EffectStatus
     ) -> EffectReceipt | None:
         """Overwrite the stored receipt if its status is ``expected``; return the stored one."""
-        session_id, call_id, *values = await receipt_row(receipt)
+        held = [await receipt_row(receipt)]  # handed to the worker, freed there
+        session_id, call_id = receipt.session_id, receipt.call_id
 
         def update(conn: sqlite3.Connection) -> EffectReceipt | None:
             _require_session(conn, session_id)
@@ -376,7 +377,7 @@ class SQLiteStore:
                 "result = CAST(? AS TEXT), started_at = ?, finished_at = ?, "
                 "resolution_note = ?, attempt = ? "
                 "WHERE session_id = ? AND call_id = ? AND status = ?",
-                (*values, session_id, call_id, expected.value),
+                (*held.pop()[2:], session_id, call_id, expected.value),
             )
             return _get_receipt(conn, session_id, call_id)
 
