@@ -434,3 +434,63 @@ def test_a_provider_collected_just_before_its_loop_shuts_down_closes_its_pool_on
     assert pool.is_closed
     assert reported == []
     collect_garbage()
+
+
+def test_trio_runs_in_two_threads_have_a_pool_each(server: FakeLLMServer) -> None:
+    """Each ``trio.run`` has its own pool, as each asyncio loop does (they shared one: a
+    request of one run could wait on a connection of the other, or on a pool it closed)."""
+    trio = pytest.importorskip("trio", reason="trio is not installed")
+    server.responder = lambda body: "pong"
+    provider = OpenAIProvider("m", api_key="k", base_url=server.openai_base_url, transport="httpx")
+    both_running = threading.Barrier(2, timeout=30)
+    pools: dict[str, Any] = {}
+    failures: list[BaseException] = []
+
+    async def chat(name: str) -> None:
+        assert (await provider.complete(request("ping"))).text == "pong"
+        pools[name] = provider._client._client
+        both_running.wait()  # both runs are alive, each with its pool
+        for _ in range(5):
+            assert (await provider.complete(request("ping"))).text == "pong"
+
+    def thread_main(name: str) -> None:
+        try:
+            trio.run(chat, name)
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=thread_main, args=(name,)) for name in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not failures, failures
+    assert pools["a"] is not pools["b"]
+    assert pools["a"].is_closed and pools["b"].is_closed  # each closed as its run ended
+    collect_garbage()
+
+
+def test_a_provider_dropped_in_a_trio_run_closes_its_pool_in_that_run(
+    server: FakeLLMServer,
+) -> None:
+    trio = pytest.importorskip("trio", reason="trio is not installed")
+
+    async def main() -> None:
+        provider = OpenAIProvider(
+            "m", api_key="k", base_url=server.openai_base_url, transport="httpx"
+        )
+        server.add("hello")
+        assert (await provider.complete(request("hi"))).text == "hello"
+        pool = provider._client._client
+        cycle: list[Any] = [provider]
+        cycle.append(cycle)
+        del provider, cycle
+        collect_garbage()  # the run is asked to close the pool
+        for _ in range(100):  # a few turns of the run, no sleeping
+            if pool.is_closed:
+                break
+            await trio.lowlevel.checkpoint()
+        assert pool.is_closed
+
+    trio.run(main)
+    collect_garbage()

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import threading
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -39,11 +40,19 @@ __all__ = ["GatedTransport", "LoopPools"]
 
 
 def _running_loop() -> object:
-    """A key for the running event loop (the loop itself under asyncio)."""
+    """A key for the running event loop: the loop itself under asyncio, the run's token under
+    trio (each ``trio.run`` has its own, in whatever thread), else one key for everything."""
     try:
         return asyncio.get_running_loop()
-    except RuntimeError:  # another backend: one pool for all of its runs
-        return _OTHER
+    except RuntimeError:
+        pass
+    trio = sys.modules.get("trio")
+    if trio is not None:
+        try:
+            return trio.lowlevel.current_trio_token()
+        except RuntimeError:  # not in a trio run
+            pass
+    return _OTHER
 
 
 _OTHER = object()
@@ -130,13 +139,13 @@ class LoopPools:
             if loop is here:
                 await keeper.aclose()
             else:
-                _close_elsewhere(loop, pool)
+                _close_elsewhere(loop, pool, keeper)
 
     def __del__(self) -> None:
         # Collected without aclose(): each live loop is asked to close its pool. A loop that
         # stops first closes it anyway (its generator is alive until then: see _OPEN).
-        for loop, (pool, _keeper) in list(self._entries.items()):
-            _close_elsewhere(loop, pool)
+        for loop, (pool, keeper) in list(self._entries.items()):
+            _close_elsewhere(loop, pool, keeper)
         _drop_closed_loops()
 
 
@@ -169,17 +178,26 @@ async def _keeper(
             _OPEN.pop(pool, None)
 
 
-def _close_elsewhere(loop: object, pool: httpx2.AsyncClient) -> None:
+def _close_elsewhere(
+    loop: object, pool: httpx2.AsyncClient, keeper: AsyncGenerator[None, None]
+) -> None:
     """Ask ``loop`` (maybe another thread's, maybe the running one) to close ``pool``.
 
-    The pool is closed, not its generator: the loop's shutdown may be closing the generator
-    at the same moment, and a generator closed twice at once is an error the loop reports.
-    Under another backend (trio) the pool is handed back to its generator alone, which that
-    backend finalizes once nothing holds it.
+    On asyncio the pool is closed, not its generator: the loop's shutdown may be closing the
+    generator at the same moment, and a generator closed twice at once is an error the loop
+    reports. ``loop`` may also be a trio run's token: the run closes the generator (and so the
+    pool) in a system task, as trio warns of a generator collected before it was exhausted. A
+    loop or run that has ended, or another backend, leaves the pool to its generator alone,
+    which the backend finalizes once nothing holds it.
     """
     if isinstance(loop, asyncio.AbstractEventLoop) and not loop.is_closed():
         with contextlib.suppress(RuntimeError):  # closed in the meantime
             loop.call_soon_threadsafe(_close_in_loop, pool)
+            return
+    run_sync_soon = getattr(loop, "run_sync_soon", None)  # a trio run's token
+    if run_sync_soon is not None:
+        with contextlib.suppress(RuntimeError):  # trio.RunFinishedError: the run has ended
+            run_sync_soon(_close_in_trio, keeper)
             return
     _OPEN.pop(pool, None)
 
@@ -189,6 +207,17 @@ def _close_in_loop(pool: httpx2.AsyncClient) -> None:
     task = asyncio.get_running_loop().create_task(_close_pool(pool))
     _closing.add(task)  # held until done: a task nobody references may be collected
     task.add_done_callback(_closing.discard)
+
+
+def _close_in_trio(keeper: AsyncGenerator[None, None]) -> None:
+    """Close ``keeper`` (and so its pool) in the trio run this runs in, as a system task."""
+    trio = sys.modules["trio"]
+    trio.lowlevel.spawn_system_task(_close_keeper, keeper)
+
+
+async def _close_keeper(keeper: AsyncGenerator[None, None]) -> None:
+    with contextlib.suppress(Exception):  # nobody waits for this close to report to
+        await keeper.aclose()
 
 
 async def _close_pool(pool: httpx2.AsyncClient) -> None:
