@@ -276,9 +276,18 @@ def receipt_from_row(row: Sequence[Any]) -> EffectReceipt:
 
 
 async def receipts_from_rows(rows: Sequence[Sequence[Any]]) -> list[EffectReceipt]:
-    """:func:`receipt_from_row` of each row, off the loop when their results are heavy."""
+    """:func:`receipt_from_row` of each row, off the loop when their results are heavy. A list
+    of rows is handed over and emptied, so long results are freed where they are decoded (see
+    :func:`load_record`)."""
     heavy = sum(len(row[6] or b"") for row in rows) > INLINE
-    return await off_loop(heavy, lambda: [receipt_from_row(row) for row in rows])  # type: ignore[no-any-return]
+
+    def decode() -> list[EffectReceipt]:
+        receipts = [receipt_from_row(row) for row in rows]
+        if isinstance(rows, list):
+            rows.clear()
+        return receipts
+
+    return await off_loop(heavy, decode)  # type: ignore[no-any-return]
 
 
 # -- records -------------------------------------------------------------------------------

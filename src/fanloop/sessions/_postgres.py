@@ -240,17 +240,22 @@ class PostgresStore:
         """Insert ``receipt`` unless its call id has one; return the stored receipt."""
         row = await receipt_row(receipt)
         statement, row, result = self._receipt_statement(self._sql.add_receipt, row)
+        staged = [] if result is None else [result]  # freed off the loop once written
+        del result
 
         async def add(conn: AsyncConnection[Any]) -> tuple[Any, ...]:
             await self._require(conn, receipt.session_id)
-            if result is not None:
-                await stage(conn, [result])
+            if staged:
+                await stage(conn, staged)
             await conn.execute(statement, row)
             stored = await self._get_receipt(conn, receipt.session_id, receipt.call_id)
             assert stored is not None
             return stored
 
-        (stored,) = await receipts_from_rows([await self._run(add, transaction=True)])
+        rows = [await self._run(add, transaction=True)]
+        if staged:
+            await release(staged)
+        (stored,) = await receipts_from_rows(rows)
         return stored
 
     async def update_receipt(
@@ -262,14 +267,20 @@ class PostgresStore:
             self._sql.update_receipt, (*values, session_id, call_id, expected.value), 4
         )
 
+        staged = [] if result is None else [result]  # freed off the loop once written
+        del result
+
         async def update(conn: AsyncConnection[Any]) -> tuple[Any, ...] | None:
             await self._require(conn, session_id)
-            if result is not None:
-                await stage(conn, [result])
+            if staged:
+                await stage(conn, staged)
             await conn.execute(statement, params)
             return await self._get_receipt(conn, session_id, call_id)
 
-        return await _one_receipt(await self._run(update, transaction=True))
+        row = await self._run(update, transaction=True)
+        if staged:
+            await release(staged)
+        return await _one_receipt(row)
 
     async def get_receipt(self, session_id: str, call_id: str) -> EffectReceipt | None:
         """The receipt for this call id, if any."""
@@ -350,7 +361,11 @@ class PostgresStore:
 
 
 async def _one_receipt(row: tuple[Any, ...] | None) -> EffectReceipt | None:
-    return None if row is None else (await receipts_from_rows([row]))[0]
+    if row is None:
+        return None
+    rows = [row]
+    del row  # handed over: a long result is freed where it is decoded
+    return (await receipts_from_rows(rows))[0]
 
 
 async def _message_params(
