@@ -58,6 +58,7 @@ __all__ = [
     "receipt_row",
     "receipts_from_rows",
     "release",
+    "stored_receipt_row",
     "title_in",
     "valid_receipt",
 ]
@@ -229,9 +230,15 @@ async def receipt_row(receipt: EffectReceipt) -> tuple[Any, ...]:
     """A receipt's stored columns (its result as JSON bytes, its text valid Unicode):
     ``session_id, call_id, turn, tool, arguments_hash, status, result, started_at,
     finished_at, resolution_note, attempt``."""
+    return (await stored_receipt_row(receipt))[1]
+
+
+async def stored_receipt_row(receipt: EffectReceipt) -> tuple[EffectReceipt, tuple[Any, ...]]:
+    """The receipt as it will be stored (its text valid Unicode), and its :func:`receipt_row`:
+    a store that wrote the row as given returns the first without reading it back."""
     r = await valid_receipt(receipt)
     result = None if r.result is None else (await dump_models((r.result,)))[0]
-    return (
+    return r, (
         r.session_id,
         r.call_id,
         r.turn,

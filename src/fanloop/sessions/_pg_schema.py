@@ -223,13 +223,13 @@ class Statements:
             "status, result, started_at, finished_at, resolution_note, attempt) "
             "VALUES (%s, %s, %s, %s, %s, %s, convert_from(%b::bytea, 'UTF8')::json, "
             "%s, %s, %s, %s) "
-            "ON CONFLICT (session_id, call_id) DO NOTHING"
+            "ON CONFLICT (session_id, call_id) DO NOTHING RETURNING call_id"
         )
         update_receipt = (
             f"UPDATE {effects} SET turn = %s, tool = %s, arguments_hash = %s, status = %s, "
             "result = convert_from(%b::bytea, 'UTF8')::json, started_at = %s, "
             "finished_at = %s, resolution_note = %s, attempt = %s "
-            "WHERE session_id = %s AND call_id = %s AND status = %s"
+            "WHERE session_id = %s AND call_id = %s AND status = %s RETURNING call_id"
         )
         result = "convert_from(%b::bytea, 'UTF8')::json"
         staged_result = f"(SELECT convert_from(t.data, 'UTF8')::json FROM {STAGED} t WHERE t.n = 1)"

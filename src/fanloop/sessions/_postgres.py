@@ -21,9 +21,9 @@ from ._codec import (
     load_metadata,
     load_record,
     merge_metadata,
-    receipt_row,
     receipts_from_rows,
     release,
+    stored_receipt_row,
     title_in,
 )
 from ._errors import SessionConflict, SessionNotFound
@@ -238,48 +238,54 @@ class PostgresStore:
 
     async def add_receipt(self, receipt: EffectReceipt) -> EffectReceipt:
         """Insert ``receipt`` unless its call id has one; return the stored receipt."""
-        row = await receipt_row(receipt)
+        mine, row = await stored_receipt_row(receipt)
         statement, row, result = self._receipt_statement(self._sql.add_receipt, row)
         staged = [] if result is None else [result]  # freed off the loop once written
         del result
 
-        async def add(conn: AsyncConnection[Any]) -> tuple[Any, ...]:
+        async def add(conn: AsyncConnection[Any]) -> tuple[Any, ...] | None:
             await self._require(conn, receipt.session_id)
             if staged:
                 await stage(conn, staged)
-            await conn.execute(statement, row)
+            if await (await conn.execute(statement, row)).fetchone() is not None:
+                return None  # written as given: no need to read a long result back
             stored = await self._get_receipt(conn, receipt.session_id, receipt.call_id)
             assert stored is not None
             return stored
 
-        rows = [await self._run(add, transaction=True)]
+        written = await self._run(add, transaction=True)
         if staged:
             await release(staged)
-        (stored,) = await receipts_from_rows(rows)
+        if written is None:
+            return mine
+        (stored,) = await receipts_from_rows([written])
         return stored
 
     async def update_receipt(
         self, receipt: EffectReceipt, *, expected: EffectStatus
     ) -> EffectReceipt | None:
         """Overwrite the stored receipt if its status is ``expected``; return the stored one."""
-        session_id, call_id, *values = await receipt_row(receipt)
+        mine, (session_id, call_id, *values) = await stored_receipt_row(receipt)
         statement, params, result = self._receipt_statement(
             self._sql.update_receipt, (*values, session_id, call_id, expected.value), 4
         )
-
         staged = [] if result is None else [result]  # freed off the loop once written
         del result
+        written: tuple[Any, ...] = ()  # stands for "the row was updated as given"
 
         async def update(conn: AsyncConnection[Any]) -> tuple[Any, ...] | None:
             await self._require(conn, session_id)
             if staged:
                 await stage(conn, staged)
-            await conn.execute(statement, params)
+            if await (await conn.execute(statement, params)).fetchone() is not None:
+                return written  # no need to read a long result back
             return await self._get_receipt(conn, session_id, call_id)
 
         row = await self._run(update, transaction=True)
         if staged:
             await release(staged)
+        if row is written:
+            return mine
         return await _one_receipt(row)
 
     async def get_receipt(self, session_id: str, call_id: str) -> EffectReceipt | None:
