@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
@@ -259,6 +260,48 @@ async def test_cancelled_append_still_lands_whole(store: SessionStore) -> None:
 
 
 # -- tool-effect receipts ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [10, 2 * 1024 * 1024], ids=["short", "staged"])
+async def test_receipt_writes_return_what_the_store_holds(
+    store: SessionStore, reopen: Reopen, size: int
+) -> None:
+    # Each write returns the receipt the store now holds: the one given when it was written,
+    # else the one already there. A store that returned the given receipt without writing it
+    # would let two workers both believe they won.
+    await store.open("s")
+    first = EffectReceipt(
+        session_id="s",
+        call_id="c",
+        turn=1,
+        tool="write_file",
+        arguments_hash="0" * 64,
+        status=EffectStatus.STARTED,
+        result=None,
+        started_at=1.0,
+        finished_at=None,
+        resolution_note=None,
+        attempt="a" * 32,
+    )
+    assert await store.add_receipt(first) == first
+    rival = dataclasses.replace(first, attempt="b" * 32, turn=2)
+    assert await store.add_receipt(rival) == first
+    done = dataclasses.replace(
+        first,
+        status=EffectStatus.COMMITTED,
+        result=ToolResultPart(call_id="c", content="x" * size),
+        finished_at=2.0,
+    )
+    assert await store.update_receipt(done, expected=EffectStatus.STARTED) == done
+    late = dataclasses.replace(
+        rival, status=EffectStatus.COMMITTED, result=ToolResultPart(call_id="c", content="late")
+    )
+    assert await store.update_receipt(late, expected=EffectStatus.STARTED) == done
+    gone = dataclasses.replace(done, call_id="never-started")
+    assert await store.update_receipt(gone, expected=EffectStatus.STARTED) is None
+    again = await reopen()
+    assert await again.get_receipt("s", "c") == done
+    assert await again.get_receipt("s", "never-started") is None
 
 
 async def test_begin_effect_writes_a_started_receipt(store: SessionStore, reopen: Reopen) -> None:

@@ -110,8 +110,8 @@ class LoopPools:
         """Forget the pools of loops that were closed without finalizing them."""
         for loop in [k for k in self._entries if isinstance(k, asyncio.AbstractEventLoop)]:
             if loop.is_closed():
-                _OPEN.pop(self._entries.pop(loop)[0], None)
-        _drop_closed_loops()
+                del self._entries[loop]
+        _drop_closed_loops()  # also lets go of those loops' entries in _OPEN
         last = self._last
         if last is not None and last[0] not in self._entries:
             self._last = None

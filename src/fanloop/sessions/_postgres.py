@@ -243,23 +243,22 @@ class PostgresStore:
         staged = [] if result is None else [result]  # freed off the loop once written
         del result
 
-        async def add(conn: AsyncConnection[Any]) -> tuple[Any, ...] | None:
+        async def add(conn: AsyncConnection[Any]) -> tuple[bool, tuple[Any, ...] | None]:
             await self._require(conn, receipt.session_id)
             if staged:
                 await stage(conn, staged)
             if await (await conn.execute(statement, row)).fetchone() is not None:
-                return None  # written as given: no need to read a long result back
-            stored = await self._get_receipt(conn, receipt.session_id, receipt.call_id)
-            assert stored is not None
-            return stored
+                return True, None  # written as given: no need to read a long result back
+            return False, await self._get_receipt(conn, receipt.session_id, receipt.call_id)
 
-        written = await self._run(add, transaction=True)
+        written, stored = await self._run(add, transaction=True)
         if staged:
             await release(staged)
-        if written is None:
+        if written:
             return mine
-        (stored,) = await receipts_from_rows([written])
-        return stored
+        assert stored is not None  # a conflict means a stored receipt
+        (kept,) = await receipts_from_rows([stored])
+        return kept
 
     async def update_receipt(
         self, receipt: EffectReceipt, *, expected: EffectStatus
@@ -271,22 +270,21 @@ class PostgresStore:
         )
         staged = [] if result is None else [result]  # freed off the loop once written
         del result
-        written: tuple[Any, ...] = ()  # stands for "the row was updated as given"
 
-        async def update(conn: AsyncConnection[Any]) -> tuple[Any, ...] | None:
+        async def update(conn: AsyncConnection[Any]) -> tuple[bool, tuple[Any, ...] | None]:
             await self._require(conn, session_id)
             if staged:
                 await stage(conn, staged)
             if await (await conn.execute(statement, params)).fetchone() is not None:
-                return written  # no need to read a long result back
-            return await self._get_receipt(conn, session_id, call_id)
+                return True, None  # updated as given: no need to read a long result back
+            return False, await self._get_receipt(conn, session_id, call_id)
 
-        row = await self._run(update, transaction=True)
+        written, stored = await self._run(update, transaction=True)
         if staged:
             await release(staged)
-        if row is written:
+        if written:
             return mine
-        return await _one_receipt(row)
+        return await _one_receipt(stored)
 
     async def get_receipt(self, session_id: str, call_id: str) -> EffectReceipt | None:
         """The receipt for this call id, if any."""
