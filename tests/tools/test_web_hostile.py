@@ -1005,3 +1005,27 @@ async def test_the_guarded_pool_caps_its_connections() -> None:
                 assert (len(opened), len(closed)) == (20, 10)  # ten idle ones kept
         finally:
             release.set()
+
+
+async def test_the_tls_context_is_built_once_and_off_the_event_loop(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Loading the CA bundle takes tens of ms of CPU: a client per call used to pay it on the
+    # event loop each time (the stalls this file's heartbeats caught under load).
+    from fanloop.tools import _guarded
+
+    built: list[str] = []
+    real = httpx2.create_ssl_context
+
+    def spy(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+        built.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_guarded, "_default_context", None, raising=False)
+    monkeypatch.setattr(httpx2, "create_ssl_context", spy)
+    site.route("/p", body=b"plain", **{"Content-Type": "text/plain"})
+    loop_thread = threading.current_thread().name
+    for tool in (WebFetchTool(allowed_networks=LOCAL), WebFetchTool(allowed_networks=LOCAL)):
+        assert (await tool.run(url=f"{site.url}/p")).content.endswith("plain")
+    assert len(built) == 1
+    assert built[0] != loop_thread

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import ssl
+import threading
 from collections.abc import AsyncIterator, Iterable
 from contextlib import contextmanager
 from typing import Any
@@ -210,4 +211,30 @@ def guarded_transport(
         verify: TLS verification, as for :class:`httpx2.AsyncHTTPTransport`.
     """
     backend = _GuardedBackend(policy or NetworkPolicy())
-    return _GuardedTransport(backend, httpx2.create_ssl_context(verify=verify))
+    if isinstance(verify, ssl.SSLContext):
+        context = verify
+    elif verify is True:
+        context = default_ssl_context()
+    else:
+        context = httpx2.create_ssl_context(verify)
+    return _GuardedTransport(backend, context)
+
+
+_default_context: ssl.SSLContext | None = None
+_default_lock = threading.Lock()
+
+
+def default_ssl_context() -> ssl.SSLContext:
+    """The verifying TLS context (``httpx2``'s default: certifi's bundle), built once per
+    process: loading the bundle takes tens of milliseconds of CPU, which a web tool that made
+    a client per call paid on the event loop every time. Call it from a worker thread first
+    (the web tools do) to keep even the first build off the loop. A context is safe to share
+    between connections and threads."""
+    global _default_context
+    context = _default_context
+    if context is None:
+        with _default_lock:
+            context = _default_context
+            if context is None:
+                context = _default_context = httpx2.create_ssl_context(verify=True)
+    return context

@@ -167,10 +167,13 @@ class _HttpTool(Tool):
         if self.client is not None:
             yield self.client
             return
-        from ._guarded import guarded_transport
+        from anyio import to_thread
 
+        from ._guarded import default_ssl_context, guarded_transport
+
+        context = await to_thread.run_sync(default_ssl_context)  # built once, off the loop
         async with httpx2.AsyncClient(
-            transport=guarded_transport(self.network),
+            transport=guarded_transport(self.network, verify=context),
             timeout=self.http_timeout,
             trust_env=False,
         ) as client:
