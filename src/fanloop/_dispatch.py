@@ -16,7 +16,7 @@ from ._log import logger
 from .events import Event
 from .observers import GuardedObserver, Hooks, LoopObserver, MultiObserver, NullObserver
 
-__all__ = ["DELTA_KINDS", "Emitter", "Handler", "build_table"]
+__all__ = ["DELTA_KINDS", "Emitter", "Handler", "StreamSink", "build_table"]
 
 Handler = Callable[[Any], Any]
 Table = dict[str, tuple[Handler, ...]]
@@ -147,6 +147,34 @@ DELTA_KINDS = (
 """The events a streaming provider yields (made only when something consumes one)."""
 
 
+class StreamSink:
+    """Where a model call's stream items go when a run's stream is their only consumer (no
+    callbacks, no parent run): stamped and handed to the stream with no coroutine while its
+    buffer has room. ``channel`` is the stream's buffer when the consumer can read the model's
+    stream itself, in its own task (see ``fanloop._model.Handed``), else ``None``.
+    """
+
+    __slots__ = ("_send", "channel", "parent_call_id", "path")
+
+    def __init__(
+        self,
+        send: Callable[[Event], Awaitable[None] | None],
+        path: tuple[str, ...],
+        parent_call_id: str | None,
+    ) -> None:
+        self._send = send
+        self.path = path
+        self.parent_call_id = parent_call_id
+        channel = getattr(send, "__self__", None)
+        self.channel: Any = channel if getattr(channel, "can_hand_over", False) else None
+
+    def __call__(self, event: Event) -> Awaitable[None] | None:
+        """``None`` once the stream took ``event``, else an awaitable that waits for room."""
+        event.agent_path = self.path
+        event.parent_call_id = self.parent_call_id
+        return self._send(event)
+
+
 class Emitter:
     """Delivers a run's events: stamps lineage, calls the table, feeds the stream, and hands
     a sub-agent's events up to its parent's emitter.
@@ -157,6 +185,7 @@ class Emitter:
     __slots__ = (
         "_everything",
         "_send",
+        "_sink",
         "parent",
         "parent_call_id",
         "path",
@@ -177,6 +206,7 @@ class Emitter:
         self.path = path
         self.parent_call_id = parent_call_id
         self._send = send
+        self._sink: StreamSink | None = None
         self.parent = parent
         self._everything = send is not None or parent is not None or "*" in table
         self.wants_deltas = self._everything or any(k in table for k in DELTA_KINDS)
@@ -190,6 +220,16 @@ class Emitter:
     def wants(self, kind: str) -> bool:
         """Whether anything at all consumes events of ``kind`` (skip making unwanted ones)."""
         return self._everything or kind in self.table
+
+    def deltas_sink(self) -> Callable[[Event], Awaitable[None] | None]:
+        """What a model call hands its stream items to: a :class:`StreamSink` when the stream
+        is the only consumer, else :meth:`emit`."""
+        if self.table or self.parent is not None or self._send is None:
+            return self.emit
+        sink = self._sink
+        if sink is None:
+            sink = self._sink = StreamSink(self._send, self.path, self.parent_call_id)
+        return sink
 
     async def emit(self, event: Event) -> None:
         """Stamp ``event`` with this agent's lineage and deliver it."""

@@ -81,7 +81,10 @@ def send_guard(run: RunState) -> Ending | None:
     return None
 
 
-Emit = Callable[[Any], Awaitable[None]]
+Emit = Callable[[Any], Awaitable[None] | None]
+"""Hands one stream item on: returns ``None`` once it took the item, or an awaitable to await
+(a coroutine function is one; a :class:`~fanloop._dispatch.StreamSink` returns one only when
+the stream's buffer is full)."""
 
 
 class Progress:
@@ -219,6 +222,175 @@ def _asyncio_loop() -> asyncio.AbstractEventLoop | None:
 _IDLE: Any = object()
 
 
+class _HandOver:
+    """A model call's stream as the run reads it, handing the rest of it over to the run's
+    stream consumer (:class:`Handed`) the first time that consumer waits on an empty buffer:
+    from then on each item reaches the consumer with one task's wake-up, not two."""
+
+    __slots__ = ("_channel", "_items", "_over", "_progress", "_sink", "_watch")
+
+    def __init__(
+        self, items: Any, channel: Any, sink: Any, progress: Progress, watch: IdleWatch | None
+    ) -> None:
+        self._items = items
+        self._channel = channel
+        self._sink = sink
+        self._progress = progress
+        self._watch = watch
+        self._over = False
+
+    def __aiter__(self) -> _HandOver:
+        return self
+
+    async def __anext__(self) -> Any:
+        if self._over:
+            raise StopAsyncIteration
+        if self._channel.reader_waits():
+            self._over = True  # the consumer reads the rest; the response ends the iteration
+            handed = Handed(self._items, self._sink, self._progress, self._watch)
+            response = await handed.run(self._channel)
+            if response is None:
+                raise StopAsyncIteration
+            return response
+        return await self._items.__anext__()
+
+
+class Handed:
+    """The rest of a model call's stream, read by the run's stream consumer in its own task
+    while the run waits for the response (on asyncio: see ``_Channel.hand``).
+
+    The consumer calls :meth:`next` where it would wait for the run's next event: it gets the
+    stream's next item, stamped as the run's, or ``None`` once the stream has ended and the
+    run has its response (or its failure) to go on with. The reader is resumable
+    (``ProviderStream.resumable``): a consumer that stops waiting (a timeout around one
+    ``__anext__``) loses nothing and reads on when it comes back. The run's idle watch does
+    not count the time the consumer holds an item: that is a slow consumer's time.
+
+    When the run ends the hand-over early (it was cancelled: its deadline, its idle watch, a
+    guardrail, a consumer that left the block), it takes the stream back: if the consumer is
+    reading at that moment, its read is cancelled (one ``Task.cancel()``, taken back at once,
+    as ``asyncio.timeout`` does) and the run waits until it has stopped, so that only one
+    task ever reads the stream and the run closes it.
+    """
+
+    __slots__ = (
+        "_channel",
+        "_done",
+        "_items",
+        "_parent_call_id",
+        "_path",
+        "_progress",
+        "_reader",
+        "_released",
+        "_revoked",
+        "_watch",
+    )
+
+    def __init__(self, items: Any, sink: Any, progress: Progress, watch: IdleWatch | None):
+        self._items = items
+        self._path = sink.path
+        self._parent_call_id = sink.parent_call_id
+        self._progress = progress
+        self._watch = watch
+        self._channel: Any = None
+        self._done: asyncio.Future[Any] | None = None
+        self._reader: asyncio.Task[Any] | None = None  # the consumer's task while it reads
+        self._released: asyncio.Future[None] | None = None
+        self._revoked = False
+
+    async def run(self, channel: Any) -> ModelResponse | None:
+        """The run's side: hand the stream over and wait for its response (``None`` if the
+        stream ended without one); a failure the consumer met reading it is raised here."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        done = self._done = loop.create_future()
+        watch = self._watch
+        if watch is not None:
+            watch.busy = True  # until the consumer reads
+        self._channel = channel
+        channel.hand(self)
+        try:
+            response: ModelResponse | None = await done
+            return response
+        finally:
+            channel.unhand(self)
+            self._revoked = True
+            reader = self._reader
+            if reader is not None:  # ended early while the consumer reads: take it back
+                released = self._released = loop.create_future()
+                reader.cancel("fanloop: the run took its model stream back")
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_TAKE_BACK_SECONDS):
+                    await released
+            if watch is not None:
+                watch.busy = False
+
+    async def next(self) -> Any:
+        """The consumer's side: the stream's next item, or ``None`` once it is over."""
+        done = self._done
+        assert done is not None  # handed over by run()
+        if self._revoked or done.done():
+            self._channel.unhand(self)
+            return None
+        import asyncio
+
+        task = asyncio.current_task()
+        assert task is not None
+        before = task.cancelling()
+        watch = self._watch
+        if watch is not None and watch.busy:  # back from holding an item (or from the start)
+            watch.touch()
+            watch.busy = False
+        self._reader = task
+        try:
+            item = await self._items.__anext__()
+        except StopAsyncIteration:
+            done.set_result(None)
+            return None
+        except Exception as exc:  # the model call failed: the run's to handle (a retry)
+            if not self._revoked:
+                done.set_exception(exc)
+            return None
+        except BaseException as exc:
+            if (
+                self._revoked
+                and _is_cancelled(exc)
+                and task.uncancel() <= before
+                # an enclosing scope cancelled meanwhile (its own cancel may not have
+                # reached the task yet): the consumer is cancelled as well
+                and anyio.current_effective_deadline() != -math.inf
+            ):
+                return None  # the run took the stream back: go on with the run's events
+            # The consumer gave up waiting (a timeout, its task cancelled): the reader lost
+            # nothing, and the stream goes on when it comes back (or the run is cancelled
+            # when it leaves the block).
+            raise
+        finally:
+            self._reader = None
+            if done.done() or self._revoked:  # over: the consumer waits for the run's events
+                self._channel.unhand(self)
+            released = self._released
+            if released is not None and not released.done():
+                released.set_result(None)
+        if isinstance(item, ModelResponse):
+            done.set_result(item)
+            self._channel.unhand(self)
+            return None
+        if item.kind not in _NOT_OUTPUT:
+            self._progress.emitted = True
+        item.agent_path = self._path
+        item.parent_call_id = self._parent_call_id
+        if watch is not None:
+            watch.touch()
+            watch.busy = True  # the consumer holds it: a slow consumer's time, not idleness
+        return item
+
+
+_TAKE_BACK_SECONDS = 5.0
+"""How long a run that ends early waits for its consumer to stop reading the model's stream
+(it stops at once: its read is cancelled) before it closes the stream anyway."""
+
+
 def _current_task(loop: asyncio.AbstractEventLoop) -> asyncio.Task[Any] | None:
     import asyncio
 
@@ -251,18 +423,25 @@ def make_invoker(provider: Any, idle_timeout: float | None = None) -> Invoker:
         ) -> ModelResponse | None:
             response: ModelResponse | None = None
             async with stream(request) as events:
-                async for item in events:
+                items: Any = events
+                channel = getattr(emit, "channel", None)  # a StreamSink's
+                if channel is not None:
+                    resumable = getattr(events, "resumable", None)
+                    reader = resumable() if resumable is not None else None
+                    if reader is not None:
+                        items = _HandOver(reader, channel, emit, progress, watch)
+                async for item in items:
                     if isinstance(item, ModelResponse):
                         response = item
                     else:
                         if item.kind not in _NOT_OUTPUT:
                             progress.emitted = True
-                        if emit is not None:
+                        if emit is not None and (out := emit(item)) is not None:
                             if watch is None:
-                                await emit(item)
+                                await out
                             else:
                                 watch.busy = True
-                                await emit(item)
+                                await out
                                 watch.busy = False
                     if watch is not None:
                         watch.touch()
@@ -336,18 +515,19 @@ def make_invoker(provider: Any, idle_timeout: float | None = None) -> Invoker:
                 response = await response
         if emit is None:
             return response
+        items: list[Any] = []
         for index, part in enumerate(response.content):
             if isinstance(part, TextPart) and part.text:
-                await emit(TextDelta(part.text))
-                for citation in part.citations:
-                    await emit(CitationAdded(citation, index))
+                items.append(TextDelta(part.text))
+                items.extend(CitationAdded(citation, index) for citation in part.citations)
             elif isinstance(part, ThinkingPart) and part.text:
-                await emit(ThinkingDelta(part.text, part.signature))
+                items.append(ThinkingDelta(part.text, part.signature))
             elif isinstance(part, ToolCallPart):
-                await emit(ToolCallStarted(part.id, part.name, index))
-            else:
-                continue
+                items.append(ToolCallStarted(part.id, part.name, index))
+        for item in items:
             progress.emitted = True
+            if (out := emit(item)) is not None:
+                await out
         return response
 
     return invoke_complete
@@ -377,7 +557,7 @@ async def call_model(run: RunState, request: ModelRequest) -> ModelResponse:
     policy = agent.retry
     emitter = run.emitter
     # (no bound ``emit`` kept in this frame while the call waits: one object less per run)
-    deltas: Emit | None = emitter.emit if emitter.wants_deltas else None
+    deltas: Emit | None = emitter.deltas_sink() if emitter.wants_deltas else None
     if deltas is not None and not agent.output.is_text and emitter.wants("output_partial"):
         deltas = agent.output.partial_emitter(emitter.emit, agent.native_output)
     attempt = 0

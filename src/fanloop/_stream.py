@@ -37,6 +37,8 @@ class _Channel:
         "_reader",
         "_size",
         "_writer",
+        "can_hand_over",
+        "handed",
         "recv_closed",
         "send_closed",
     )
@@ -50,10 +52,13 @@ class _Channel:
         self._writer: Any = None  # what the producer waits on, set while it waits
         self.send_closed = False
         self.recv_closed = False
+        # A model call's stream the reader reads itself while it streams (see hand).
+        self.handed: Any = None
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:  # another backend (trio)
             self._loop = None
+        self.can_hand_over = self._loop is not None
 
     def _waiter(self) -> Any:
         return self._loop.create_future() if self._loop is not None else anyio.Event()
@@ -140,6 +145,24 @@ class _Channel:
                 await (waiter if self._loop is not None else waiter.wait())
             finally:
                 self._reader = None
+
+    def reader_waits(self) -> bool:
+        """Whether the reader waits on an empty buffer (and so could read a stream itself)."""
+        return self._reader is not None
+
+    def hand(self, handed: Any) -> None:
+        """Let the reader read ``handed`` (its ``next()`` gives the next item, or ``None`` at
+        its end) in its own task, after what is buffered; waking it if it waits. On asyncio
+        only: the producer of a paced stream then costs the reader no second task's wake-up
+        per item, and holds no future of its own while it waits."""
+        self.handed = handed
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            self._wake(reader)
+
+    def unhand(self, handed: Any) -> None:
+        if self.handed is handed:
+            self.handed = None
 
     def close_send(self) -> None:
         self.send_closed = True
@@ -242,9 +265,30 @@ class RunStream(Generic[OutputT]):
         channel = self._channel
         if channel is None:
             raise _not_entered()
-        item = channel.take()  # buffered: no trip through the event loop
-        if item is not _EMPTY:
-            return item
+        while True:
+            item = channel.take()  # buffered: no trip through the event loop
+            if item is not _EMPTY:
+                return item
+            handed = channel.handed
+            if handed is not None:  # a model's stream to read here, in this task
+                read: Event | None = await handed.next()
+                if read is not None:
+                    return read
+                continue
+            if channel._loop is None or channel.send_closed or channel.recv_closed:
+                break
+            # Wait for the next item (or a stream to read): one future, awaited here, not in
+            # a coroutine of its own as well.
+            waiter = channel._reader = channel._loop.create_future()
+            writer = channel._writer
+            if writer is not None:  # a producer waits with an item (a buffer of 0): take it
+                channel._writer = None
+                channel._wake(writer)
+            try:
+                await waiter
+            finally:
+                if channel._reader is waiter:
+                    channel._reader = None
         try:
             return await channel.get()
         except anyio.EndOfStream:

@@ -160,6 +160,30 @@ class WireResponse:
         except _FAILURES as exc:
             raise _translate(exc) from exc
 
+    @property
+    def resumable(self) -> bool:
+        """Whether :meth:`read_chunk` reads the body (one not encoded)."""
+        return "content-encoding" not in self.headers
+
+    async def read_chunk(self) -> bytes:
+        """The next piece of a body that is not encoded, as it arrives; ``b""`` at its end.
+
+        A read cancelled while it waits loses nothing (the bytes stay buffered for the next
+        one), so it may be cut short by a timeout of whoever reads, unlike :meth:`chunks`.
+
+        Raises:
+            httpx2.TransportError: the connection failed.
+        """
+        content = self._response.content
+        try:
+            chunk = content.read_nowait(_READ_SIZE)
+            if not chunk:
+                self.waits += 1
+                chunk = await content.read(_READ_SIZE)
+        except _FAILURES as exc:
+            raise _translate(exc) from exc
+        return chunk
+
     def aiter_bytes(self) -> AsyncIterator[bytes]:
         """The body, decoded, chunk by chunk as it arrives (a body without a
         ``Content-Encoding`` is :meth:`chunks` itself: no generator in between, per chunk).

@@ -996,6 +996,20 @@ class ProviderStream:
             raise RuntimeError("use 'async with provider.stream(request) as events:'")
         return self._events(self._response)
 
+    def resumable(self) -> ResumableItems | None:
+        """The items (as iterating gives them) through a reader whose ``__anext__`` may be
+        cancelled while it waits without losing anything, when the response allows it (the
+        ``aiohttp`` transport's, its body not encoded); else ``None``.
+
+        Such a reader may also be read by another task of the loop than the one that sent the
+        request (one at a time): reading depends on no context variable and on no cancel scope.
+        A run's stream consumer reads the model's answer this way (``fanloop._model.Handed``).
+        """
+        response = self._response
+        if response is None or not getattr(response, "resumable", False):
+            return None
+        return ResumableItems(self._provider, response)
+
     async def _events(self, response: Response) -> AsyncIterator[StreamDelta | ModelResponse]:
         provider = self._provider
         name = provider.name
@@ -1048,6 +1062,139 @@ class ProviderStream:
                     await _drain(chunks)
             final = parser.finish()
         yield final
+
+
+class ResumableItems:
+    """A streamed response's items, as :meth:`ProviderStream._events` gives them, for a reader
+    that may give up waiting (a timeout around one ``__anext__``) and come back: each await
+    comes before any state changes (a read of bytes that loses none when cancelled, the fair
+    share's pause, the drain of what follows the end marker), and parsing is synchronous.
+    """
+
+    __slots__ = (
+        "_budget",
+        "_failure",
+        "_feed",
+        "_head",
+        "_over",
+        "_parser",
+        "_pending",
+        "_provider",
+        "_request_id",
+        "_response",
+        "_turn_ends",
+        "_waits",
+    )
+
+    def __init__(self, provider: HTTPProvider, response: Any) -> None:
+        self._provider = provider
+        self._response = response
+        self._request_id = _request_id(response.headers)
+        self._parser = provider._parser(self._request_id)
+        self._feed = provider._frames().feed
+        self._budget = provider.limits.max_response_bytes
+        self._pending: list[Any] = []  # parsed, not yet handed out (from _head on)
+        self._head = 0
+        self._over = False
+        self._failure: Exception | None = None  # raised once what was parsed before it is out
+        self._turn_ends = time.monotonic() + _FAIR_SHARE
+        self._waits = response.waits
+
+    def __aiter__(self) -> ResumableItems:
+        return self
+
+    async def __anext__(self) -> StreamDelta | ModelResponse:
+        pending = self._pending
+        while self._head == len(pending):
+            pending.clear()
+            self._head = 0
+            if self._over:
+                failure, self._failure = self._failure, None
+                if failure is not None:
+                    raise failure
+                raise StopAsyncIteration
+            await self._more()
+        item = pending[self._head]
+        pending[self._head] = None
+        self._head += 1
+        return item  # type: ignore[no-any-return]
+
+    async def _more(self) -> None:
+        """Parse what arrives next into ``_pending``, or end the stream."""
+        provider, response, parser = self._provider, self._response, self._parser
+        errors = mapped_errors(
+            provider.name,
+            self._request_id,
+            undecodable="the response stream cannot be decoded",
+            invalid="malformed response stream",
+        )
+        if parser.done:
+            with errors:
+                if not response.at_eof():  # read what follows the end marker (see _drain)
+                    await _drain(_Chunks(response))
+                final = parser.finish()
+            self._pending.append(final)
+            self._over = True
+            return
+        if time.monotonic() > self._turn_ends:
+            # No pause unless the reads never waited since (as _events).
+            if response.waits == self._waits:
+                await anyio.lowlevel.checkpoint()
+            self._waits = response.waits
+            self._turn_ends = time.monotonic() + _FAIR_SHARE
+        try:
+            with errors:
+                self._parse(await response.read_chunk())
+        except Exception as exc:
+            if self._head < len(self._pending):  # what came before the failure goes out first
+                self._failure = exc
+                self._over = True
+                return
+            raise
+
+    def _parse(self, chunk: bytes) -> None:
+        """Parse ``chunk`` into ``_pending`` (``b""``: the body ended)."""
+        parser = self._parser
+        if not chunk:
+            self._pending.append(parser.finish())  # raises if the end marker never came
+            self._over = True
+            return
+        self._budget -= len(chunk)
+        if self._budget < 0:
+            raise self._provider._too_large(self._request_id)
+        pending = self._pending
+        feed = self._feed
+        for piece in _pieces(chunk):
+            for event, data in feed(piece):
+                out = parser.feed(event, data)
+                if out is None:
+                    if parser.done:
+                        break
+                    continue
+                if type(out) is tuple:
+                    pending.extend(out)
+                else:
+                    pending.append(out)
+            if parser.done:
+                break
+
+
+class _Chunks:
+    """A response's :meth:`read_chunk` as an async iterator (for :func:`_drain`)."""
+
+    __slots__ = ("_response",)
+
+    def __init__(self, response: Any) -> None:
+        self._response = response
+
+    def __aiter__(self) -> _Chunks:
+        return self
+
+    async def __anext__(self) -> bytes:
+        chunk: bytes = await self._response.read_chunk()
+        if not chunk:
+            raise StopAsyncIteration
+        return chunk
 
 
 def _never() -> bool:

@@ -1,0 +1,339 @@
+"""The consumer of ``agent.stream`` reads a model's streamed answer itself (the hand-over).
+
+While a model call streams over fanloop's own ``aiohttp`` transport and the stream is the run's
+only consumer, the consumer's task reads the answer directly instead of being woken by the
+run's task for every delta. These tests drive that path with a real HTTP server on 127.0.0.1
+whose every pause the test controls, and check what a consumer must still be able to count on:
+every delta once and in order, a consumer that gives up waiting losing nothing, cancellation,
+deadlines, the idle timeout, retries of a stream that breaks, and no task or connection left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import pytest
+
+from fanloop import Agent, Limits, RetryPolicy, TerminationReason
+from fanloop.providers._http import ResumableItems
+from fanloop.providers.openai import OpenAIProvider
+
+
+def _chunk(choices: list[Any], **extra: Any) -> bytes:
+    body = {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": "m"}
+    body |= {"choices": choices, **extra}
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+def delta(text: str) -> bytes:
+    return _chunk([{"index": 0, "delta": {"content": text}, "finish_reason": None}])
+
+
+END = (
+    _chunk([{"index": 0, "delta": {}, "finish_reason": "stop"}])
+    + _chunk([], usage={"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5})
+    + b"data: [DONE]\n\n"
+)
+
+Step = bytes | asyncio.Event | str  # bytes to send, an event to wait for, or "drop"
+
+
+class PausingServer:
+    """An OpenAI-style streaming endpoint: each request plays the next script of steps."""
+
+    def __init__(self, *scripts: list[Step]) -> None:
+        self.scripts = list(scripts)
+        self.requests = 0
+        self.closed = 0  # connections the client closed or dropped
+        self.gone = asyncio.Event()  # set when one was
+        self.url = ""
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> PausingServer:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}/v1"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    int(line.split(b":", 1)[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                )
+                await reader.readexactly(length)
+                script = self.scripts[min(self.requests, len(self.scripts) - 1)]
+                self.requests += 1
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                    b"transfer-encoding: chunked\r\n\r\n"
+                )
+                for step in script:
+                    if isinstance(step, asyncio.Event):
+                        await writer.drain()
+                        await step.wait()
+                    elif step == "drop":
+                        writer.transport.abort()
+                        return
+                    else:
+                        assert isinstance(step, bytes)
+                        writer.write(b"%x\r\n%s\r\n" % (len(step), step))
+                writer.write(b"0\r\n\r\n")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            self.closed += 1
+            self.gone.set()
+            writer.close()
+
+
+def agent_on(server: PausingServer, **options: Any) -> tuple[Agent[Any, Any], OpenAIProvider]:
+    provider = OpenAIProvider("m", api_key="k", base_url=server.url)
+    return Agent(provider, **options), provider
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[asyncio.Task[Any] | None]:
+    """The task that took each item from a resumable reader, in order."""
+    seen: list[asyncio.Task[Any] | None] = []
+    original = ResumableItems.__anext__
+
+    async def spy(self: ResumableItems) -> Any:
+        item = await original(self)
+        seen.append(asyncio.current_task())
+        return item
+
+    monkeypatch.setattr(ResumableItems, "__anext__", spy)
+    return seen
+
+
+def reading(run: Any, task: asyncio.Task[Any]) -> bool:
+    """Whether ``task`` is reading the model's stream of ``run`` right now."""
+    handed = run._channel.handed
+    return handed is not None and handed._reader is task
+
+
+async def collect(run: Any, on: Callable[[Any], Any] | None = None) -> list[str]:
+    texts: list[str] = []
+    async for event in run:
+        if event.kind == "text_delta":
+            texts.append(event.text)
+            if on is not None:
+                await on(event)
+    return texts
+
+
+async def test_the_consumer_reads_the_answer_in_its_own_task(
+    reads: list[asyncio.Task[Any] | None],
+) -> None:
+    gates = [asyncio.Event() for _ in range(3)]
+    script: list[Step] = []
+    for i, gate in enumerate(gates):
+        script += [delta(str(i)), gate]
+    async with PausingServer([*script, END]) as server:
+        agent, provider = agent_on(server)
+        async with provider, agent.stream("go") as run:
+            consumer = asyncio.current_task()
+
+            async def next_gate(event: Any) -> None:
+                gates[int(event.text)].set()
+
+            texts = await collect(run, next_gate)
+    assert texts == ["0", "1", "2"]
+    assert run.result.text == "012"
+    # Every item after the first was read by the consumer's task itself.
+    assert reads[1:] and all(task is consumer for task in reads[1:])
+
+
+async def test_a_consumer_that_gives_up_waiting_loses_nothing() -> None:
+    # A consumer that waits for each event at most a moment (say, to send a keep-alive of its
+    # own) while the model pauses mid-answer: no delta is lost or doubled, nothing retried.
+    gate = asyncio.Event()
+    async with PausingServer([delta("a"), delta("b"), gate, delta("c"), END]) as server:
+        agent, provider = agent_on(server)
+        texts: list[str] = []
+        timeouts = 0
+        async with provider, agent.stream("go") as run:
+            events = aiter(run)
+            while True:
+                try:
+                    event = await asyncio.wait_for(anext(events), 0.05)
+                except TimeoutError:
+                    timeouts += 1
+                    if timeouts == 3:
+                        gate.set()
+                    continue
+                except StopAsyncIteration:
+                    break
+                if event.kind == "text_delta":
+                    texts.append(event.text)
+                assert event.kind != "retry_scheduled"
+        assert timeouts >= 3
+        assert texts == ["a", "b", "c"]
+        assert run.result.text == "abc"
+        assert run.result.termination_reason is TerminationReason.COMPLETED
+        assert server.requests == 1
+
+
+async def test_an_anyio_timeout_around_one_event_loses_nothing() -> None:
+    gate = asyncio.Event()
+    async with PausingServer([delta("a"), gate, delta("b"), END]) as server:
+        agent, provider = agent_on(server)
+        texts: list[str] = []
+        async with provider, agent.stream("go") as run:
+            events = aiter(run)
+            for _ in range(2):
+                with anyio.move_on_after(0.05):
+                    while (event := await anext(events)).kind != "text_delta" or event.text:
+                        if event.kind == "text_delta":
+                            texts.append(event.text)
+            gate.set()
+            texts += await collect(run)
+    assert texts == ["a", "b"]
+    assert run.result.text == "ab"
+    assert server.requests == 1
+
+
+async def test_cancel_while_the_consumer_reads_ends_the_run_and_the_consumer_reads_on() -> None:
+    gate = asyncio.Event()  # never set: the model pauses until the run is cancelled
+    async with PausingServer([delta("a"), gate, delta("never"), END]) as server:
+        agent, provider = agent_on(server)
+        kinds: list[str] = []
+        with anyio.fail_after(10):
+            async with provider, agent.stream("go") as run:
+                async for event in run:
+                    kinds.append(event.kind)
+                    if event.kind == "text_delta":
+                        asyncio.get_running_loop().call_later(0.05, run._scope.cancel)
+        assert kinds[-1] == "run_finished"
+        assert run.result.termination_reason is TerminationReason.CANCELLED
+        assert "never" not in run.result.text
+        gate.set()
+
+
+async def test_a_deadline_while_the_consumer_reads_ends_the_run_with_a_result() -> None:
+    gate = asyncio.Event()
+    async with PausingServer([delta("a"), gate, END]) as server:
+        agent, provider = agent_on(server, limits=Limits(timeout=0.3))
+        with anyio.fail_after(10):
+            async with provider, agent.stream("go") as run:
+                texts = await collect(run)
+        assert texts == ["a"]
+        assert run.result.termination_reason is TerminationReason.DEADLINE
+        gate.set()
+
+
+async def test_a_model_that_goes_quiet_while_the_consumer_reads_is_retried() -> None:
+    gate = asyncio.Event()
+    async with PausingServer([delta("a"), gate, END], [delta("b"), END]) as server:
+        policy = RetryPolicy(base_delay=0.01, stream_idle_timeout=0.2)
+        agent, provider = agent_on(server, retry=policy)
+        kinds: list[str] = []
+        with anyio.fail_after(10):
+            async with provider, agent.stream("go") as run:
+                async for event in run:
+                    kinds.append(event.kind)
+        assert "retry_scheduled" in kinds
+        assert run.result.text == "b"
+        assert server.requests == 2
+        gate.set()
+
+
+async def test_a_slow_consumer_is_not_taken_for_a_quiet_model() -> None:
+    # The consumer holds each delta longer than the idle timeout: that is its own time.
+    async with PausingServer([delta("a"), delta("b"), delta("c"), END]) as server:
+        policy = RetryPolicy(base_delay=0.01, stream_idle_timeout=0.15)
+        agent, provider = agent_on(server, retry=policy)
+
+        async def slow(event: Any) -> None:
+            await asyncio.sleep(0.3)
+
+        with anyio.fail_after(10):
+            async with provider, agent.stream("go") as run:
+                texts = await collect(run, slow)
+        assert texts == ["a", "b", "c"]
+        assert server.requests == 1
+
+
+async def test_a_stream_that_breaks_while_the_consumer_reads_is_retried() -> None:
+    async with PausingServer([delta("a"), delta("b"), "drop"], [delta("x"), END]) as server:
+        agent, provider = agent_on(server, retry=RetryPolicy(base_delay=0.01))
+        events: list[Any] = []
+        with anyio.fail_after(10):
+            async with provider, agent.stream("go") as run:
+                events = [event async for event in run]
+        retries = [e for e in events if e.kind == "retry_scheduled"]
+        assert len(retries) == 1 and retries[0].discard_partial
+        assert run.result.text == "x"
+        assert server.requests == 2
+
+
+async def test_leaving_the_block_while_the_model_streams_cancels_the_run() -> None:
+    gate = asyncio.Event()
+    async with PausingServer([delta("a"), gate, END]) as server:
+        agent, provider = agent_on(server)
+        with anyio.fail_after(10):
+            async with provider:
+                async with agent.stream("go") as run:
+                    async for event in run:
+                        if event.kind == "text_delta":
+                            break
+                assert run.result.termination_reason is TerminationReason.CANCELLED
+                # The connection was closed, not put back in the pool mid-answer: the
+                # server's rest of the answer finds it gone.
+                gate.set()
+                await server.gone.wait()
+
+
+async def test_a_consumer_task_cancelled_while_it_reads_cancels_the_run() -> None:
+    gate = asyncio.Event()
+    async with PausingServer([delta("a"), gate, END]) as server:
+        agent, provider = agent_on(server)
+        got_delta = asyncio.Event()
+        streams: list[Any] = []
+
+        async def reader() -> None:
+            async with agent.stream("go") as run:
+                streams.append(run)
+                async for event in run:
+                    if event.kind == "text_delta":
+                        got_delta.set()
+
+        async with provider:
+            task = asyncio.get_running_loop().create_task(reader())
+            with anyio.fail_after(10):
+                await got_delta.wait()
+                while not reading(streams[0], task):  # until it is back in its read
+                    await asyncio.sleep(0)
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+        assert streams[0].result.termination_reason is TerminationReason.CANCELLED
+        gate.set()
+
+
+async def test_many_consumers_each_get_their_own_answer_whole() -> None:
+    async with PausingServer([delta("a"), delta("b"), delta("c"), END]) as server:
+        agent, provider = agent_on(server)
+
+        async def one() -> list[str]:
+            async with agent.stream("go") as run:
+                return await collect(run)
+
+        async with provider:
+            with anyio.fail_after(20):
+                answers = await asyncio.gather(*(one() for _ in range(50)))
+        assert answers == [["a", "b", "c"]] * 50
