@@ -275,8 +275,10 @@ class Handed:
 
     __slots__ = (
         "_channel",
+        "_current_task",
         "_done",
         "_items",
+        "_loop",
         "_parent_call_id",
         "_path",
         "_progress",
@@ -293,6 +295,8 @@ class Handed:
         self._progress = progress
         self._watch = watch
         self._channel: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._current_task: Callable[..., asyncio.Task[Any] | None] = _no_task
         self._done: asyncio.Future[Any] | None = None
         self._reader: asyncio.Task[Any] | None = None  # the consumer's task while it reads
         self._released: asyncio.Future[None] | None = None
@@ -303,7 +307,8 @@ class Handed:
         stream ended without one); a failure the consumer met reading it is raised here."""
         import asyncio
 
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
+        self._current_task = asyncio.current_task
         done = self._done = loop.create_future()
         watch = self._watch
         if watch is not None:
@@ -332,9 +337,7 @@ class Handed:
         if self._revoked or done.done():
             self._channel.unhand(self)
             return None
-        import asyncio
-
-        task = asyncio.current_task()
+        task = self._current_task(self._loop)
         assert task is not None
         before = task.cancelling()
         watch = self._watch
@@ -384,6 +387,10 @@ class Handed:
             watch.touch()
             watch.busy = True  # the consumer holds it: a slow consumer's time, not idleness
         return item
+
+
+def _no_task(loop: Any = None) -> None:
+    return None
 
 
 _TAKE_BACK_SECONDS = 5.0

@@ -1073,6 +1073,7 @@ class ResumableItems:
 
     __slots__ = (
         "_budget",
+        "_errors",
         "_failure",
         "_feed",
         "_head",
@@ -1093,6 +1094,12 @@ class ResumableItems:
         self._parser = provider._parser(self._request_id)
         self._feed = provider._frames().feed
         self._budget = provider.limits.max_response_bytes
+        self._errors = mapped_errors(
+            provider.name,
+            self._request_id,
+            undecodable="the response stream cannot be decoded",
+            invalid="malformed response stream",
+        )
         self._pending: list[Any] = []  # parsed, not yet handed out (from _head on)
         self._head = 0
         self._over = False
@@ -1105,52 +1112,58 @@ class ResumableItems:
 
     async def __anext__(self) -> StreamDelta | ModelResponse:
         pending = self._pending
-        while self._head == len(pending):
-            pending.clear()
-            self._head = 0
+        head = self._head
+        if head < len(pending):
+            item = pending[head]
+            pending[head] = None
+            self._head = head + 1
+            return item  # type: ignore[no-any-return]
+        pending.clear()
+        self._head = 0
+        while True:
             if self._over:
                 failure, self._failure = self._failure, None
                 if failure is not None:
                     raise failure
                 raise StopAsyncIteration
-            await self._more()
-        item = pending[self._head]
-        pending[self._head] = None
-        self._head += 1
-        return item  # type: ignore[no-any-return]
+            if self._parser.done:
+                await self._end()
+            else:
+                if time.monotonic() > self._turn_ends:
+                    await self._pause()
+                try:
+                    with self._errors:
+                        self._parse(await self._response.read_chunk())
+                except Exception as exc:
+                    if not pending:
+                        raise
+                    self._failure = exc  # what came before the failure goes out first
+                    self._over = True
+            if pending:
+                self._head = 1
+                item = pending[0]
+                pending[0] = None
+                return item  # type: ignore[no-any-return]
 
-    async def _more(self) -> None:
-        """Parse what arrives next into ``_pending``, or end the stream."""
-        provider, response, parser = self._provider, self._response, self._parser
-        errors = mapped_errors(
-            provider.name,
-            self._request_id,
-            undecodable="the response stream cannot be decoded",
-            invalid="malformed response stream",
-        )
-        if parser.done:
-            with errors:
-                if not response.at_eof():  # read what follows the end marker (see _drain)
-                    await _drain(_Chunks(response))
-                final = parser.finish()
-            self._pending.append(final)
-            self._over = True
-            return
-        if time.monotonic() > self._turn_ends:
-            # No pause unless the reads never waited since (as _events).
-            if response.waits == self._waits:
-                await anyio.lowlevel.checkpoint()
-            self._waits = response.waits
-            self._turn_ends = time.monotonic() + _FAIR_SHARE
-        try:
-            with errors:
-                self._parse(await response.read_chunk())
-        except Exception as exc:
-            if self._head < len(self._pending):  # what came before the failure goes out first
-                self._failure = exc
-                self._over = True
-                return
-            raise
+    async def _pause(self) -> None:
+        """The fair share's pause (as :meth:`ProviderStream._events`): none unless the reads
+        never waited since the last one."""
+        response = self._response
+        if response.waits == self._waits:
+            await anyio.lowlevel.checkpoint()
+        self._waits = response.waits
+        self._turn_ends = time.monotonic() + _FAIR_SHARE
+
+    async def _end(self) -> None:
+        """After the end marker: read what follows it (see :func:`_drain`), then the final
+        response."""
+        response = self._response
+        with self._errors:
+            if not response.at_eof():
+                await _drain(_Chunks(response))
+            final = self._parser.finish()
+        self._pending.append(final)
+        self._over = True
 
     def _parse(self, chunk: bytes) -> None:
         """Parse ``chunk`` into ``_pending`` (``b""``: the body ended)."""
