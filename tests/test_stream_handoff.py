@@ -337,3 +337,130 @@ async def test_many_consumers_each_get_their_own_answer_whole() -> None:
             with anyio.fail_after(20):
                 answers = await asyncio.gather(*(one() for _ in range(50)))
         assert answers == [["a", "b", "c"]] * 50
+
+
+@pytest.mark.parametrize("end", ["eof", "drop"])
+async def test_a_run_cancelled_in_the_turn_its_read_completes_ends_cleanly(
+    end: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The run is cancelled (its deadline, run.cancel()) in the loop turn in which the
+    # consumer's read completes, before the consumer runs: the run's future is cancelled
+    # before it says it took the stream back. The consumer must read on to run_finished.
+    import aiohttp.streams
+
+    hook: list[Callable[[], Any]] = []
+    for name in ("feed_eof", "set_exception"):
+        original = getattr(aiohttp.streams.StreamReader, name)
+
+        def patched(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> None:
+            _original(self, *args, **kwargs)
+            if hook:
+                hook.pop()()
+
+        monkeypatch.setattr(aiohttp.streams.StreamReader, name, patched)
+    gate = asyncio.Event()
+    script: list[Step] = [delta("a"), END, gate] if end == "eof" else [delta("a"), gate, "drop"]
+    async with PausingServer(script, [delta("x"), END]) as server:
+        agent, provider = agent_on(server, retry=RetryPolicy(base_delay=0.01))
+        kinds: list[str] = []
+        with anyio.fail_after(10):
+            async with provider, agent.stream("go") as run:
+                async for event in run:
+                    kinds.append(event.kind)
+                    if event.kind == "text_delta" and event.text == "a":
+                        hook.append(run._scope.cancel)
+                        gate.set()
+        assert kinds[-1] == "run_finished"
+        assert run.result.termination_reason is TerminationReason.CANCELLED
+
+
+async def test_a_users_own_scope_expiring_as_the_run_takes_the_stream_back() -> None:
+    # The run takes the stream back and, in the same loop turn, the consumer's own
+    # move_on_after expires: the scope catches its own cancellation, nothing else leaks.
+    gate = asyncio.Event()
+    async with PausingServer([delta("a"), gate, END]) as server:
+        agent, provider = agent_on(server)
+        me = asyncio.current_task()
+        assert me is not None
+        kinds: list[str] = []
+        with anyio.fail_after(10):
+            async with provider, agent.stream("go") as run:
+                events = aiter(run)
+                while True:
+                    with anyio.move_on_after(60) as scope:
+
+                        async def trigger(scope: anyio.CancelScope = scope) -> None:
+                            while not reading(run, me):
+                                await asyncio.sleep(0)
+                            await run.cancel()
+                            asyncio.get_running_loop().call_soon(scope.cancel)
+
+                        if kinds.count("text_delta") == 1 and "<timeout>" not in kinds:
+                            asyncio.get_running_loop().create_task(trigger())
+                        try:
+                            event = await anext(events)
+                        except StopAsyncIteration:
+                            break
+                    if scope.cancelled_caught:
+                        kinds.append("<timeout>")
+                        continue
+                    kinds.append(event.kind)
+        assert me.cancelling() == 0
+        assert kinds[-1] == "run_finished"
+        assert run.result.termination_reason is TerminationReason.CANCELLED
+        gate.set()
+
+
+async def test_a_consumer_away_after_its_timeout_is_not_taken_for_a_quiet_model() -> None:
+    # The consumer's wait times out, the server then sends the rest, and the consumer spends
+    # longer than the idle timeout on its own work: the run reads on meanwhile (as a slow
+    # consumer's run does), so nothing is retried or lost.
+    gate = asyncio.Event()
+    script: list[Step] = [delta("a"), gate, delta("b"), delta("c"), END]
+    async with PausingServer(script, [delta("x"), END]) as server:
+        agent, provider = agent_on(server, retry=RetryPolicy(stream_idle_timeout=0.3))
+        kinds: list[str] = []
+        texts: list[str] = []
+        with anyio.fail_after(10):
+            async with provider, agent.stream("go") as run:
+                events = aiter(run)
+                while True:
+                    try:
+                        event = await asyncio.wait_for(anext(events), 0.05)
+                    except TimeoutError:
+                        gate.set()
+                        await asyncio.sleep(0.6)  # the consumer's own work
+                        continue
+                    except StopAsyncIteration:
+                        break
+                    kinds.append(event.kind)
+                    if event.kind == "text_delta":
+                        texts.append(event.text)
+        assert texts == ["a", "b", "c"]
+        assert "retry_scheduled" not in kinds
+        assert server.requests == 1
+
+
+async def test_keep_alives_after_the_end_marker_and_a_consumer_that_keeps_timing_out() -> None:
+    # The answer is complete but the body stays open with keep-alives; the consumer waits at
+    # most 0.2 s per event. The drain after the end marker takes one drain's time in all, not
+    # one per resumed read, and the complete answer is kept.
+    from fanloop.testing import FakeLLMServer, Hostile
+
+    with FakeLLMServer([Hostile.keepalive(0.05, after="hello world"), "never"]) as server:
+        provider = OpenAIProvider("m", api_key="k", base_url=server.openai_base_url)
+        agent = Agent(provider, retry=RetryPolicy(base_delay=0.01, stream_idle_timeout=2.0))
+        kinds: list[str] = []
+        with anyio.fail_after(8):
+            async with provider, agent.stream("go") as run:
+                events = aiter(run)
+                while True:
+                    try:
+                        event = await asyncio.wait_for(anext(events), 0.2)
+                    except TimeoutError:
+                        continue
+                    except StopAsyncIteration:
+                        break
+                    kinds.append(event.kind)
+        assert "retry_scheduled" not in kinds
+        assert run.result.text == "hello world"

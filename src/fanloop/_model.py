@@ -246,13 +246,20 @@ class _HandOver:
         if self._over:
             raise StopAsyncIteration
         if self._channel.reader_waits():
-            self._over = True  # the consumer reads the rest; the response ends the iteration
             handed = Handed(self._items, self._sink, self._progress, self._watch)
             response = await handed.run(self._channel)
+            if response is _BACK:  # the consumer stopped waiting: read on here meanwhile
+                return await self._items.__anext__()
+            self._over = True  # the response (or its absence) ends the iteration
             if response is None:
                 raise StopAsyncIteration
             return response
         return await self._items.__anext__()
+
+
+_BACK: Any = object()
+"""What :meth:`Handed.run` returns when the consumer stopped waiting in the middle of the
+stream (its own timeout): the run reads on, into the buffer, until the consumer waits again."""
 
 
 class Handed:
@@ -263,8 +270,9 @@ class Handed:
     stream's next item, stamped as the run's, or ``None`` once the stream has ended and the
     run has its response (or its failure) to go on with. The reader is resumable
     (``ProviderStream.resumable``): a consumer that stops waiting (a timeout around one
-    ``__anext__``) loses nothing and reads on when it comes back. The run's idle watch does
-    not count the time the consumer holds an item: that is a slow consumer's time.
+    ``__anext__``) loses nothing, and the run reads on into the buffer until it waits again
+    (:data:`_BACK`). The run's idle watch does not count the time the consumer holds an item:
+    that is a slow consumer's time.
 
     When the run ends the hand-over early (it was cancelled: its deadline, its idle watch, a
     guardrail, a consumer that left the block), it takes the stream back: if the consumer is
@@ -345,28 +353,29 @@ class Handed:
             watch.touch()
             watch.busy = False
         self._reader = task
+        # ``done`` may be over already: a run cancelled in the loop turn in which this read
+        # completed has its future cancelled before its ``finally`` says it took the stream.
         try:
             item = await self._items.__anext__()
         except StopAsyncIteration:
-            done.set_result(None)
+            if not done.done():
+                done.set_result(None)
             return None
         except Exception as exc:  # the model call failed: the run's to handle (a retry)
-            if not self._revoked:
+            if not self._revoked and not done.done():
                 done.set_exception(exc)
             return None
         except BaseException as exc:
-            if (
-                self._revoked
-                and _is_cancelled(exc)
-                and task.uncancel() <= before
-                # an enclosing scope cancelled meanwhile (its own cancel may not have
-                # reached the task yet): the consumer is cancelled as well
-                and anyio.current_effective_deadline() != -math.inf
-            ):
-                return None  # the run took the stream back: go on with the run's events
-            # The consumer gave up waiting (a timeout, its task cancelled): the reader lost
-            # nothing, and the stream goes on when it comes back (or the run is cancelled
-            # when it leaves the block).
+            if self._revoked and _is_cancelled(exc) and task.uncancel() <= before:
+                # The run took the stream back: go on with its events. (An anyio scope of the
+                # consumer's cancelled meanwhile delivers its own cancellation again at the
+                # next await, with its own message, which a re-raise here would not carry.)
+                return None
+            # The consumer stopped waiting (its timeout, its task cancelled): the reader lost
+            # nothing; the run reads on into the buffer meanwhile (so the idle watch sees a
+            # slow consumer, not a quiet model), and hands over again when it waits again.
+            if not self._revoked and not done.done():
+                done.set_result(_BACK)
             raise
         finally:
             self._reader = None
@@ -376,7 +385,8 @@ class Handed:
             if released is not None and not released.done():
                 released.set_result(None)
         if isinstance(item, ModelResponse):
-            done.set_result(item)
+            if not done.done():
+                done.set_result(item)
             self._channel.unhand(self)
             return None
         if item.kind not in _NOT_OUTPUT:

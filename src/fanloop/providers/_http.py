@@ -1073,6 +1073,7 @@ class ResumableItems:
 
     __slots__ = (
         "_budget",
+        "_drain_until",
         "_errors",
         "_failure",
         "_feed",
@@ -1106,6 +1107,7 @@ class ResumableItems:
         self._failure: Exception | None = None  # raised once what was parsed before it is out
         self._turn_ends = time.monotonic() + _FAIR_SHARE
         self._waits = response.waits
+        self._drain_until: float | None = None
 
     def __aiter__(self) -> ResumableItems:
         return self
@@ -1160,7 +1162,14 @@ class ResumableItems:
         response = self._response
         with self._errors:
             if not response.at_eof():
-                await _drain(_Chunks(response))
+                # One drain's time in all, however often a reader that stops waiting comes
+                # back (each call to _drain would start its own).
+                if self._drain_until is None:
+                    self._drain_until = time.monotonic() + _DRAIN_SECONDS
+                left = self._drain_until - time.monotonic()
+                if left > 0:
+                    with anyio.move_on_after(left):
+                        await _drain(_Chunks(response))
             final = self._parser.finish()
         self._pending.append(final)
         self._over = True
