@@ -1035,16 +1035,17 @@ class _StreamParser:
         self._request_id = request_id
         self._max_calls = provider.limits.max_blocks
         self._text: list[str] = []
-        self._reasoning: list[str] = []
-        self._refusal: list[str] = []
+        # Made when first needed: most answers are text alone (fewer objects per stream).
+        self._reasoning: list[str] | None = None
+        self._refusal: list[str] | None = None
         # Text, reasoning and refusal pieces made valid Unicode as they come (a high surrogate
         # ending one piece waits for the low half that may start the next: _unicode.Joiner).
-        self._joiners = (Joiner(), Joiner(), Joiner())
+        self._joiners: tuple[Joiner, Joiner, Joiner] | None = None
         self._held = False  # whether any joiner holds something back
         self._calls: dict[int, _Call] = {}
         self._details: _Details | None = None
-        self._cited: set[Any] = set()  # the annotations read (a server may repeat them)
-        self._citations: list[Citation] = []
+        self._cited: set[Any] | None = None  # the annotations read (a server may repeat them)
+        self._citations: list[Citation] | None = None
         self._finish: Any = None
         self._usage: Any = None
         self._id: Any = None
@@ -1101,10 +1102,10 @@ class _StreamParser:
             self._text.append(content)
             return TextDelta(content)
         out: list[StreamDelta] = []
-        joiners = self._joiners
+        joiners = self._joiners if self._held else None  # (none hold anything otherwise)
         if content:
             content = _content(content)
-            if odd or joiners[0].held:
+            if odd or (joiners is not None and joiners[0].held):
                 content = self._join(0, content)
             self._text.append(content)
             out.append(TextDelta(content))
@@ -1115,20 +1116,28 @@ class _StreamParser:
             added = self._details.add(scrub_json(details) if odd else details)
             reasoning = reasoning or added  # OpenRouter sends the text in both, or in one
         if reasoning:
-            if odd or joiners[1].held:
+            if odd or (joiners is not None and joiners[1].held):
                 reasoning = self._join(1, reasoning)
+            if self._reasoning is None:
+                self._reasoning = []
             self._reasoning.append(reasoning)
             out.append(ThinkingDelta(reasoning))
         refusal = delta.get("refusal")
         if refusal:
             refusal = read_str(refusal, "refusal")
-            if odd or joiners[2].held:
+            if odd or (joiners is not None and joiners[2].held):
                 refusal = self._join(2, refusal)
+            if self._refusal is None:
+                self._refusal = []
             self._refusal.append(refusal)
         if tool_calls:
             self._tool_calls(tool_calls, out, odd)
         annotations = delta.get("annotations")
         if annotations:
+            if self._cited is None:
+                self._cited = set()
+            if self._citations is None:
+                self._citations = []
             for citation in _annotations(
                 scrub_json(annotations) if odd else annotations, self._cited
             ):
@@ -1137,7 +1146,10 @@ class _StreamParser:
         return tuple(out)
 
     def _join(self, which: int, text: str) -> str:
-        joiner = self._joiners[which]
+        joiners = self._joiners
+        if joiners is None:
+            joiners = self._joiners = (Joiner(), Joiner(), Joiner())
+        joiner = joiners[which]
         text = joiner.push(text)
         if joiner.held:
             self._held = True
@@ -1147,15 +1159,20 @@ class _StreamParser:
         """The deltas of what the joiners still hold once the stream ends (U+FFFD each)."""
         self._held = False
         out: list[StreamDelta] = []
-        text, reasoning, refusal = self._joiners
-        if rest := text.flush():
-            self._text.append(rest)
-            out.append(TextDelta(rest))
-        if rest := reasoning.flush():
-            self._reasoning.append(rest)
-            out.append(ThinkingDelta(rest))
-        if rest := refusal.flush():
-            self._refusal.append(rest)
+        if self._joiners is not None:  # (None: only a tool call's joiner held anything)
+            text, reasoning, refusal = self._joiners
+            if rest := text.flush():
+                self._text.append(rest)
+                out.append(TextDelta(rest))
+            if rest := reasoning.flush():
+                if self._reasoning is None:
+                    self._reasoning = []
+                self._reasoning.append(rest)
+                out.append(ThinkingDelta(rest))
+            if rest := refusal.flush():
+                if self._refusal is None:
+                    self._refusal = []
+                self._refusal.append(rest)
         for index, call in sorted(self._calls.items()):
             if rest := call.joiner.flush():
                 call.chunks.append(rest)
@@ -1237,17 +1254,17 @@ class _StreamParser:
         details = self._details.finish() if self._details is not None else []
         return _response(
             self._provider,
-            _thinking_parts(details, "".join(self._reasoning)),
+            _thinking_parts(details, "".join(self._reasoning or ())),
             details,
             "".join(self._text),
-            "".join(self._refusal),
+            "".join(self._refusal or ()),
             calls,
             self._finish,
             self._usage,
             self._id,
             self._model,
             self._request_id,
-            citations=tuple(self._citations),
+            citations=tuple(self._citations or ()),
         )
 
 
