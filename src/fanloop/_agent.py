@@ -633,8 +633,11 @@ class Agent(Generic[DepsT, OutputT]):
         """
         from ._stream import RunStream
 
+        # An override in force now holds for the whole stream; the run starts in start_run
+        # itself, not through _execute (a coroutine frame less for each stream in flight).
         execute: Callable[..., Awaitable[RunResult[Any]]] = partial(
-            self._active()._execute,  # an override in force now holds for the whole stream
+            start_run,
+            self._active(),
             prompt,
             messages=messages,
             session=session,
