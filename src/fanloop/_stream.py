@@ -136,15 +136,26 @@ class _Channel:
                 return item
             if self.send_closed:
                 raise anyio.EndOfStream
-            waiter = self._reader = self._waiter()
-            writer = self._writer
-            if writer is not None:  # a producer waits with an item (a buffer of 0): take it
-                self._writer = None
-                self._wake(writer)
+            waiter = self.arm_reader()
             try:
                 await (waiter if self._loop is not None else waiter.wait())
             finally:
-                self._reader = None
+                self.disarm_reader(waiter)
+
+    def arm_reader(self) -> Any:
+        """What the reader waits on for the next item (or a stream to read), now set; a
+        producer waiting with an item (a buffer of 0) is let go to hand it over."""
+        waiter = self._reader = self._waiter()
+        writer = self._writer
+        if writer is not None:
+            self._writer = None
+            self._wake(writer)
+        return waiter
+
+    def disarm_reader(self, waiter: Any) -> None:
+        """The reader stopped waiting on ``waiter`` (woken, or cancelled)."""
+        if self._reader is waiter:
+            self._reader = None
 
     def reader_waits(self) -> bool:
         """Whether the reader waits on an empty buffer (and so could read a stream itself)."""
@@ -278,17 +289,12 @@ class RunStream(Generic[OutputT]):
             if channel._loop is None or channel.send_closed or channel.recv_closed:
                 break
             # Wait for the next item (or a stream to read): one future, awaited here, not in
-            # a coroutine of its own as well.
-            waiter = channel._reader = channel._loop.create_future()
-            writer = channel._writer
-            if writer is not None:  # a producer waits with an item (a buffer of 0): take it
-                channel._writer = None
-                channel._wake(writer)
+            # a coroutine of its own (get) as well.
+            waiter = channel.arm_reader()
             try:
                 await waiter
             finally:
-                if channel._reader is waiter:
-                    channel._reader = None
+                channel.disarm_reader(waiter)
         try:
             return await channel.get()
         except anyio.EndOfStream:
