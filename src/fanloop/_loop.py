@@ -13,6 +13,7 @@ New behaviour arrives as a tool, an observer, a guard or a provider, not as a br
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import anyio
@@ -51,6 +52,7 @@ async def run_loop(run: RunState) -> RunResult:
         await run.turn_completed(len(calls))
         if ending is not None:
             return run.result(ending.reason, text=ending.text, detail=ending.detail)
+        del turn, calls  # (the next turn's wait holds neither: the message has what it needs)
 
 
 async def round_entry_guards(run: RunState) -> Ending | None:
@@ -80,7 +82,8 @@ async def deliver_overdue_cancel() -> None:
     the run now, even when nothing in the run waits (a provider that answers at once, a tool
     that blocks the loop). It takes two yields: asyncio runs a timer that came due after the
     task that yielded, so the first lets the scope's timer cancel the task, the second raises."""
-    if anyio.current_time() >= anyio.current_effective_deadline():
+    deadline = anyio.current_effective_deadline()
+    if deadline != math.inf and anyio.current_time() >= deadline:  # (no clock read without one)
         await anyio.lowlevel.checkpoint()
         await anyio.lowlevel.checkpoint()
 

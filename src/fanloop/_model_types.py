@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ._settings import ModelSettings
+from ._unicode import known_valid, vouch
 from .messages import Citation, Message, Origin, Part, TextPart, ThinkingPart, ToolCallPart, _build
 
 __all__ = [
@@ -202,6 +203,9 @@ class ModelResponse(BaseModel):
 
     def to_message(self) -> Message:
         """This turn as an assistant message of the conversation."""
-        return _build(
+        message = _build(
             Message, {"role": "assistant", "content": self.content, "origin": self.origin}
         )
+        if known_valid(self):  # (its parser vouched for it: appending it walks nothing)
+            vouch(message)
+        return message

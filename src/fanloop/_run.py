@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from .sessions import Session
 
 _NO_OUTPUT: Any = object()
+_RESULT_SET = set(RunResult.model_fields) - {"guardrail"}  # (set by a tripped guardrail only)
 
 CLEANUP_GRACE = 5.0
 """Seconds that work shielded from a run's cancellation (persisting the last results, the
@@ -297,22 +298,24 @@ class RunState:
             output: Any = text
         else:
             output = self.output if self.output_set else None
-        return RunResult.model_construct(
-            output=output,
-            text=text,
-            messages=tuple(self.messages),
-            usage=self.usage,
-            turns=self.turns,
-            elapsed=self.elapsed,
-            termination_reason=reason,
-            run_id=self.run_id,
-            new_message_index=self.new_message_index,
-            tool_calls=self.tool_calls,
-            cost_usd=cost_of(self.agent.model, self.usage),
-            detail=detail,
-            pending_approvals=self.pending,
-            last_agent=self.agent.name,
-        )
+        values = {
+            "output": output,
+            "text": text,
+            "messages": tuple(self.messages),
+            "usage": self.usage,
+            "turns": self.turns,
+            "elapsed": self.elapsed,
+            "termination_reason": reason,
+            "run_id": self.run_id,
+            "new_message_index": self.new_message_index,
+            "tool_calls": self.tool_calls,
+            "cost_usd": cost_of(self.agent.model, self.usage),
+            "detail": detail,
+            "pending_approvals": self.pending,
+            "guardrail": None,
+            "last_agent": self.agent.name,
+        }
+        return _build(RunResult, values, _RESULT_SET)
 
 
 async def dynamic_system(fn: Callable[..., Any], run: RunState) -> str | None:

@@ -216,6 +216,16 @@ def vouch(model: Any) -> None:
     _VALID[key] = ref
 
 
+def vouch_parsed(model: Any, *configured: str) -> None:
+    """Vouch for a provider's turn that its parser decoded from frames none of which held a
+    surrogate escape (:func:`may_escape_surrogates`; strict UTF-8 decoding yields none
+    otherwise), so that appending it walks nothing. ``configured``: the strings it holds that
+    came from configuration, not from the server (the model and provider names), checked here.
+    """
+    if all(text.isascii() or is_surrogate_free(text) for text in configured):
+        vouch(model)
+
+
 def _forget(ref: weakref.KeyedRef[int, Any]) -> None:
     if _VALID.get(ref.key) is ref:
         del _VALID[ref.key]

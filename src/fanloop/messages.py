@@ -62,20 +62,23 @@ _FROZEN = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 M = TypeVar("M", bound=BaseModel)
 
 
-def _build(cls: type[M], values: dict[str, Any]) -> M:
+def _build(cls: type[M], values: dict[str, Any], fields_set: set[str] | None = None) -> M:
     """Make a model from values that are already valid, skipping validation.
 
-    For fanloop's hot paths only: ``values`` must name every field, with valid values. It is
-    about twice as fast as ``model_construct`` (which also fills defaults).
+    For fanloop's hot paths only: ``values`` must name every field, with valid values, in
+    the order the class declares them. It is about twice as fast as ``model_construct``
+    (which also fills defaults). ``fields_set``: the fields counted as set
+    (``model_fields_set``), a frozen class's set shared by every instance made with it;
+    by default the fields ``values`` names.
     """
     model = cls.__new__(cls)
     object.__setattr__(model, "__dict__", values)
-    fields = _ALL_FIELDS.get(cls, _UNKNOWN)
+    fields = fields_set or _ALL_FIELDS.get(cls, _UNKNOWN)
     if fields is _UNKNOWN:
         fields = _ALL_FIELDS[cls] = _all_fields(cls)
     if fields is None:  # not frozen: a set of its own, which it may add to
         fields = set(values)
-    elif len(fields) != len(values):  # some fields left to their defaults
+    elif fields_set is None and len(fields) != len(values):  # some fields left to defaults
         key = (cls, *values)
         fields = _SOME_FIELDS.get(key)
         if fields is None:

@@ -20,6 +20,7 @@ import pytest
 from provider_helpers import make_anthropic, make_openai, make_responses, request, stream_all
 
 from fanloop import Agent, TerminationReason
+from fanloop._unicode import known_valid
 from fanloop.events import TextDelta, ThinkingDelta, ToolCallDelta
 from fanloop.messages import INVALID_ARGUMENTS_KEY, Message, Origin, TextPart
 from fanloop.providers import ModelResponse, StopReason
@@ -280,3 +281,19 @@ async def test_a_session_stores_the_text_that_was_streamed(
     for turn in (session.messages[-1], reloaded.messages[-1]):
         assert turn.text == streamed
         assert "".join(p.text for p in turn.content if p.kind == "thinking") == thought
+
+
+@pytest.mark.parametrize("api", ["anthropic", "openai"])
+async def test_a_streamed_turn_is_vouched_for_only_when_no_event_could_hold_a_surrogate(
+    server: FakeLLMServer, provider: HTTPProvider
+) -> None:
+    # A turn decoded from events that hold no surrogate escape is valid Unicode as it stands:
+    # appending it to a run walks nothing (its message is vouched for too).
+    server.add(reply("plain answer", tool_calls=[call("get_weather", city="Paris")]))
+    _, clean = await answer(provider, streaming=True)
+    assert known_valid(clean) and known_valid(clean.to_message())
+    # One escape, and the turn is checked again when it is appended, as before.
+    server.add(reply(f"a{HIGH}b"))
+    _, odd = await answer(provider, streaming=True)
+    assert odd.text == f"a{FFFD}b"
+    assert not known_valid(odd) and not known_valid(odd.to_message())

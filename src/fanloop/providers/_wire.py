@@ -192,6 +192,26 @@ def read_name(value: object, field: str) -> str:
     return name if len(name) <= MAX_NAME_CHARS else name[:MAX_NAME_CHARS]
 
 
+# The fields a provider's parts, usage and response are made with (``messages._build``): one
+# set shared by every instance (a set per part and per response is an object per waiting run
+# the collector walks). Frozen models never add to it; ``model_copy`` copies it first.
+USAGE_SET = {"input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"}
+TEXT_SET = {"text", "citations"}
+CALL_SET = {"id", "name", "arguments"}
+ORIGIN_SET = {"provider", "api", "model", "raw"}
+RESPONSE_SET = {
+    "content",
+    "stop_reason",
+    "usage",
+    "model",
+    "provider",
+    "raw_stop_reason",
+    "origin",
+    "stop_details",
+    "response_id",
+}
+
+
 dumps: Callable[[Any], str] = json.JSONEncoder(separators=(",", ":")).encode
 """Compact JSON text (ASCII-only, so ``.encode()`` of the result is always valid UTF-8)."""
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import httpx2
 
-from .._unicode import Joiner, may_escape_surrogates, scrub, scrub_json
+from .._unicode import Joiner, may_escape_surrogates, scrub, scrub_json, vouch_parsed
 from ..errors import ConfigurationError, ResponseInvalid, StreamIncomplete
 from ..events import (
     CitationAdded,
@@ -47,6 +47,7 @@ from ..messages import (
     ThinkingPart,
     ToolCallPart,
     ToolResultPart,
+    _build,
     media_base64,
 )
 from ._citations import ANTHROPIC_TYPES, anthropic_citation, anthropic_citations, progress
@@ -73,6 +74,11 @@ from ._options import (
 )
 from ._types import HostedTool, ModelRequest, ModelResponse, StopReason, ToolSpec, Usage
 from ._wire import (
+    CALL_SET,
+    ORIGIN_SET,
+    RESPONSE_SET,
+    TEXT_SET,
+    USAGE_SET,
     Malformed,
     MessageCache,
     ResponseTooLarge,
@@ -560,21 +566,21 @@ def _parts(blocks: list[Any]) -> tuple[Part, ...]:
             continue
         kind = block.get("type")
         if kind == "text":
-            parts.append(
-                TextPart.model_construct(
-                    text=block.get("text", ""),
-                    citations=anthropic_citations(block.get("citations")),
-                )
-            )
+            text = {
+                "kind": "text",
+                "text": block.get("text", ""),
+                "citations": anthropic_citations(block.get("citations")),
+            }
+            parts.append(_build(TextPart, text, TEXT_SET))
         elif kind == "tool_use":
             arguments = block.get("input")
-            parts.append(
-                ToolCallPart.model_construct(
-                    id=block.get("id", ""),
-                    name=block.get("name", ""),
-                    arguments=arguments if isinstance(arguments, dict) else {},
-                )
-            )
+            call = {
+                "kind": "tool_call",
+                "id": block.get("id", ""),
+                "name": block.get("name", ""),
+                "arguments": arguments if isinstance(arguments, dict) else {},
+            }
+            parts.append(_build(ToolCallPart, call, CALL_SET))
         elif kind == "thinking":
             parts.append(
                 ThinkingPart.model_construct(
@@ -629,16 +635,18 @@ def _usage(raw: Any) -> Usage:
         raw = {}
     elif type(raw) is not dict:
         raise Malformed("usage is not a JSON object")
-    return Usage.model_construct(
-        input_tokens=read_count(raw.get("input_tokens"), "usage.input_tokens"),
-        output_tokens=read_count(raw.get("output_tokens"), "usage.output_tokens"),
-        cache_read_tokens=read_count(
+    values = {
+        "input_tokens": read_count(raw.get("input_tokens"), "usage.input_tokens"),
+        "output_tokens": read_count(raw.get("output_tokens"), "usage.output_tokens"),
+        "cache_read_tokens": read_count(
             raw.get("cache_read_input_tokens"), "usage.cache_read_input_tokens"
         ),
-        cache_write_tokens=read_count(
+        "cache_write_tokens": read_count(
             raw.get("cache_creation_input_tokens"), "usage.cache_creation_input_tokens"
         ),
-    )
+        "reasoning_tokens": 0,
+    }
+    return _build(Usage, values, USAGE_SET)
 
 
 def _stop_reason(raw: Any) -> str | None:
@@ -668,19 +676,19 @@ def _response(
             request_id=request_id,
         )
     model = short(model) or provider.model
-    return ModelResponse.model_construct(
-        content=_parts(blocks),
-        stop_reason=stop,
-        usage=_usage(usage),
-        model=model,
-        provider=provider.name,
-        raw_stop_reason=raw_stop,
-        origin=Origin.model_construct(
-            provider="anthropic", api="messages", model=model, raw=blocks
-        ),
-        stop_details=stop_details if type(stop_details) is dict else None,
-        response_id=short(response_id),
-    )
+    origin = {"provider": "anthropic", "api": "messages", "model": model, "raw": blocks}
+    values = {
+        "content": _parts(blocks),
+        "stop_reason": stop,
+        "usage": _usage(usage),
+        "model": model,
+        "provider": provider.name,
+        "raw_stop_reason": raw_stop,
+        "origin": _build(Origin, origin, ORIGIN_SET),
+        "stop_details": stop_details if type(stop_details) is dict else None,
+        "response_id": short(response_id),
+    }
+    return _build(ModelResponse, values, RESPONSE_SET)
 
 
 class _Block:
@@ -821,6 +829,7 @@ class _StreamParser:
         "_id",
         "_max_blocks",
         "_model",
+        "_odd",
         "_provider",
         "_request_id",
         "_stop",
@@ -841,6 +850,7 @@ class _StreamParser:
         self._stop_details: Any = None
         self._id: Any = None
         self._model: Any = None
+        self._odd = False  # whether any event may have held a surrogate escape
         self.done = False
 
     def feed(self, event: bytes, data: bytes) -> tuple[StreamDelta, ...] | StreamDelta | None:
@@ -850,6 +860,8 @@ class _StreamParser:
         # A surrogate escape (rare): the delta's text goes through its block's joiner, every
         # other string of the event is made valid as it is.
         odd = 92 in data and may_escape_surrogates(data)  # 92: a backslash
+        if odd:
+            self._odd = True
         kind = obj.get("type")  # AttributeError (malformed) unless a JSON object
         if kind == "content_block_delta":
             delta = obj["delta"]
@@ -1003,7 +1015,7 @@ class _StreamParser:
                 request_id=self._request_id,
             )
         blocks = [self._blocks[i].finish() for i in sorted(self._blocks)]
-        return _response(
+        response = _response(
             self._provider,
             blocks,
             self._stop,
@@ -1013,3 +1025,6 @@ class _StreamParser:
             self._model,
             self._request_id,
         )
+        if not self._odd:  # valid Unicode throughout: appending it walks nothing
+            vouch_parsed(response, response.model, response.provider)
+        return response

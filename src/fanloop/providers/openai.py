@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import httpx2
 
-from .._unicode import Joiner, may_escape_surrogates, scrub, scrub_json
+from .._unicode import Joiner, may_escape_surrogates, scrub, scrub_json, vouch_parsed
 from ..errors import ConfigurationError, ResponseInvalid, StreamIncomplete
 from ..events import (
     CitationAdded,
@@ -46,6 +46,7 @@ from ..messages import (
     TextPart,
     ThinkingPart,
     ToolCallPart,
+    _build,
     media_base64,
 )
 from ._citations import chat_citation, fit
@@ -63,6 +64,11 @@ from ._http import (
 from ._options import OPENAI_SETTINGS, openai_fields, openai_response_format, settings_extra
 from ._types import ModelRequest, ModelResponse, StopReason, ToolSpec, Usage
 from ._wire import (
+    CALL_SET,
+    ORIGIN_SET,
+    RESPONSE_SET,
+    TEXT_SET,
+    USAGE_SET,
     Malformed,
     MessageCache,
     ResponseTooLarge,
@@ -753,33 +759,14 @@ def _usage(raw: Any) -> Usage:
     written = read_count(
         details.get("cache_write_tokens"), "usage.prompt_tokens_details.cache_write_tokens"
     )
-    return Usage.model_construct(
-        _USAGE_SET,
-        input_tokens=max(prompt - cached - written, 0),
-        output_tokens=read_count(raw.get("completion_tokens"), "usage.completion_tokens"),
-        cache_read_tokens=cached,
-        cache_write_tokens=written,
-    )
-
-
-# The fields each model below is made with, one set shared by every instance (a set per part
-# and per response is an object per waiting run the collector walks). Frozen models never add
-# to it; ``model_copy`` copies it before updating.
-_USAGE_SET = {"input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"}
-_TEXT_SET = {"text", "citations"}
-_CALL_SET = {"id", "name", "arguments"}
-_ORIGIN_SET = {"provider", "api", "model", "raw"}
-_RESPONSE_SET = {
-    "content",
-    "stop_reason",
-    "usage",
-    "model",
-    "provider",
-    "raw_stop_reason",
-    "origin",
-    "stop_details",
-    "response_id",
-}
+    values = {
+        "input_tokens": max(prompt - cached - written, 0),
+        "output_tokens": read_count(raw.get("completion_tokens"), "usage.completion_tokens"),
+        "cache_read_tokens": cached,
+        "cache_write_tokens": written,
+        "reasoning_tokens": 0,
+    }
+    return _build(Usage, values, USAGE_SET)
 
 
 def _too_many(limit: int) -> ResponseTooLarge:
@@ -870,15 +857,16 @@ def _response(
     parts = thinking
     if text or refusal:
         whole = text + refusal
-        parts.append(
-            TextPart.model_construct(_TEXT_SET, text=whole, citations=fit(citations, len(whole)))
-        )
+        text_part = {"kind": "text", "text": whole, "citations": fit(citations, len(whole))}
+        parts.append(_build(TextPart, text_part, TEXT_SET))
     for call_id, name, arguments, _ in calls:
-        parts.append(
-            ToolCallPart.model_construct(
-                _CALL_SET, id=call_id, name=name, arguments=parse_arguments(arguments)
-            )
-        )
+        call = {
+            "kind": "tool_call",
+            "id": call_id,
+            "name": name,
+            "arguments": parse_arguments(arguments),
+        }
+        parts.append(_build(ToolCallPart, call, CALL_SET))
     finish = _finish(finish)
     stop = _FINISH_REASONS.get(finish, StopReason.UNKNOWN) if finish else StopReason.UNKNOWN
     stop_details: dict[str, Any] | None = None
@@ -913,20 +901,19 @@ def _response(
     if details:
         raw["reasoning_details"] = details  # sent back as received (send_reasoning)
     model = short(model) or provider.model
-    return ModelResponse.model_construct(
-        _RESPONSE_SET,
-        content=tuple(parts),
-        stop_reason=stop,
-        usage=_usage(usage),
-        model=model,
-        provider=provider.name,
-        raw_stop_reason=finish,
-        origin=Origin.model_construct(
-            _ORIGIN_SET, provider=provider.name, api="chat.completions", model=model, raw=raw
-        ),
-        stop_details=stop_details,
-        response_id=short(response_id),
-    )
+    origin = {"provider": provider.name, "api": "chat.completions", "model": model, "raw": raw}
+    values = {
+        "content": tuple(parts),
+        "stop_reason": stop,
+        "usage": _usage(usage),
+        "model": model,
+        "provider": provider.name,
+        "raw_stop_reason": finish,
+        "origin": _build(Origin, origin, ORIGIN_SET),
+        "stop_details": stop_details,
+        "response_id": short(response_id),
+    }
+    return _build(ModelResponse, values, RESPONSE_SET)
 
 
 class _Call:
@@ -1021,6 +1008,7 @@ class _StreamParser:
         "_last",
         "_max_calls",
         "_model",
+        "_odd",
         "_provider",
         "_reasoning",
         "_refusal",
@@ -1042,6 +1030,7 @@ class _StreamParser:
         # ending one piece waits for the low half that may start the next: _unicode.Joiner).
         self._joiners: tuple[Joiner, Joiner, Joiner] | None = None
         self._held = False  # whether any joiner holds something back
+        self._odd = False  # whether any event may have held a surrogate escape
         self._calls: dict[int, _Call] = {}
         self._details: _Details | None = None
         self._cited: set[Any] | None = None  # the annotations read (a server may repeat them)
@@ -1061,6 +1050,8 @@ class _StreamParser:
         # A surrogate escape (rare): the pieces of text go through the joiners; the other
         # strings kept (id, model, finish reason, tool names) are made valid where read.
         odd = 92 in data and may_escape_surrogates(data)  # 92: a backslash
+        if odd:
+            self._odd = True
         if obj.get("error"):  # AttributeError (malformed) unless a JSON object
             raise stream_error(
                 scrub_json(obj) if odd else obj,
@@ -1252,7 +1243,7 @@ class _StreamParser:
             for _, call in sorted(self._calls.items())
         ]
         details = self._details.finish() if self._details is not None else []
-        return _response(
+        response = _response(
             self._provider,
             _thinking_parts(details, "".join(self._reasoning or ())),
             details,
@@ -1266,6 +1257,9 @@ class _StreamParser:
             self._request_id,
             citations=tuple(self._citations or ()),
         )
+        if not self._odd:  # valid Unicode throughout: appending it walks nothing
+            vouch_parsed(response, response.model, response.provider)
+        return response
 
 
 from ._responses import OpenAIResponsesProvider  # noqa: E402  (its wire is its own module)
