@@ -107,3 +107,40 @@ def test_stream_outside_async_with_is_an_error(server: FakeLLMServer, api: str) 
     provider = (make_anthropic if api == "anthropic" else make_openai)(server)
     with pytest.raises(RuntimeError, match="async with"):
         aiter(provider.stream(request("x")))
+
+
+async def test_a_request_yields_a_loop_turn_only_when_it_may_connect(
+    server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before opening a connection a request lets the runs started beside it do their set-up
+    first (one loop turn); one that finds a kept-alive connection in the pool takes it at
+    once (that turn cost every request of ten thousand runs a loop pass)."""
+    import asyncio
+
+    from fanloop.providers import _aiohttp
+
+    yields: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def counted(delay: float, *args: object) -> object:
+        yields.append(delay)
+        return await real_sleep(delay, *args)
+
+    monkeypatch.setattr(_aiohttp.asyncio, "sleep", counted)
+    pool = _aiohttp_pool()
+    provider = make_openai(server, http_client=pool)
+    try:
+        server.add("a", "b")
+        assert (await provider.complete(request("x"))).text == "a"
+        assert yields == [0]  # a fresh pool: it connects
+        assert (await provider.complete(request("x"))).text == "b"
+        assert yields == [0]  # the first one's connection, kept alive
+    finally:
+        await provider.aclose()
+        await pool.aclose()
+
+
+def _aiohttp_pool() -> httpx2.AsyncClient:
+    from fanloop.providers._http import create_pool
+
+    return create_pool(transport="aiohttp")

@@ -287,6 +287,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         self._verify = verify
         self._trust_env = trust_env
         self._session: aiohttp.ClientSession | None = None
+        self._connector: GuardedConnector | None = None
         self._open_bodies = 0  # responses not yet closed: connections in use, at most
         self._urls: dict[str, URL] = {}  # post()'s targets, parsed once
         # Fewer open bodies than this: a connection may be free, or one may be opened.
@@ -294,7 +295,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
 
     def _open(self) -> aiohttp.ClientSession:
         limits = self._limits
-        connector = GuardedConnector(
+        connector = self._connector = GuardedConnector(
             limit=limits.max_connections or 0,
             limit_per_host=0,
             keepalive_timeout=limits.keepalive_expiry or 5.0,
@@ -348,12 +349,14 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         server_hostname: str | None = None,
     ) -> aiohttp.ClientResponse:
         session = self._session or self._open()
-        if self._open_bodies < self._free_below:
+        pooled = self._connector
+        if self._open_bodies < self._free_below and not (pooled is not None and pooled.has_idle()):
             # This request may open a connection. One loop turn first: runs that start
             # together do their set-up in one turn of the loop, and a connect begun early in
             # it had its 5 s counted against everyone else's set-up (1000 connect timeouts in
             # 10,000 runs on a loaded machine). Once every connection is busy, requests wait
-            # in the connector instead and take connections that are already open.
+            # in the connector instead and take connections that are already open; while one
+            # is kept alive in the pool, a request takes it without connecting.
             await asyncio.sleep(0)
         # A request refused before its first byte went out (bytes arrived on the connection
         # while it waited to be sent: see GuardedConnector) is sent again on another one.
@@ -403,4 +406,4 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
     async def aclose(self) -> None:
         if self._session is not None:
             await self._session.close()
-            self._session = None
+            self._session = self._connector = None
