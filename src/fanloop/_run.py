@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -165,7 +165,7 @@ class RunState:
             await self.emitter.emit(MessageAppended(message, len(self.messages) - 1))
 
     def request(
-        self, pending: list[Part], max_tokens: int, origin: Origin | None = None
+        self, pending: Sequence[Part], max_tokens: int, origin: Origin | None = None
     ) -> ModelRequest:
         """The model request for the conversation so far (plus a paused turn's content)."""
         agent = self.agent

@@ -3,6 +3,7 @@ overflow, and the stop-reason rules (built on :func:`~fanloop._model.call_model`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._context import compact
@@ -28,8 +29,10 @@ async def take_turn(run: RunState) -> ModelResponse | Ending:
     """
     agent = run.agent
     budget = run.budget
-    pending: list[Part] = []
-    origins: list[Origin | None] = []
+    # What paused turns gave so far (tuples: most turns never pause, and a tuple left empty
+    # is no object for the collector to walk while the turn waits).
+    pending: tuple[Part, ...] = ()
+    origins: tuple[Origin | None, ...] = ()
     truncations = 0
     compacted = False
     while True:
@@ -64,8 +67,8 @@ async def take_turn(run: RunState) -> ModelResponse | Ending:
         stop = response.stop_reason
 
         if stop is StopReason.PAUSED:
-            pending.extend(response.content)
-            origins.append(response.origin)
+            pending += response.content
+            origins += (response.origin,)
             continue
 
         if stop is StopReason.MAX_TOKENS and (response.tool_calls or not response.content):
@@ -121,7 +124,7 @@ async def reserve_call(run: RunState, request: ModelRequest) -> Reservation | En
     return granted
 
 
-def join_origins(origins: list[Origin | None]) -> Origin | None:
+def join_origins(origins: Sequence[Origin | None]) -> Origin | None:
     """One origin for a turn joined across pauses: the raw block lists end to end, when every
     segment came from the same provider and API with list-shaped raw blocks (else ``None``,
     and the provider translates the joined parts instead)."""
@@ -138,7 +141,7 @@ def join_origins(origins: list[Origin | None]) -> Origin | None:
     return Origin(provider=first.provider, api=first.api, model=first.model, raw=raw)
 
 
-def _joined_text(pending: list[Part], response: ModelResponse) -> str:
+def _joined_text(pending: Sequence[Part], response: ModelResponse) -> str:
     return "".join(p.text for p in (*pending, *response.content) if isinstance(p, TextPart))
 
 

@@ -144,3 +144,33 @@ def _aiohttp_pool() -> httpx2.AsyncClient:
     from fanloop.providers._http import create_pool
 
     return create_pool(transport="aiohttp")
+
+
+async def test_aiohttp_sends_the_headers_a_request_names_and_adds_none_of_its_own(
+    server: FakeLLMServer,
+) -> None:
+    """``aiohttp`` would add its own ``User-Agent`` and ``Accept-Encoding`` to a request that
+    does not name them: fanloop's requests name both (sent as they are), and a request
+    through the pool that names neither goes out without them."""
+    pool = _aiohttp_pool()
+    provider = make_openai(server, http_client=pool)
+    try:
+        server.add("a")
+        await provider.complete(request("x"))
+        server.add("b")
+        bare_request = pool.build_request(
+            "POST",
+            f"{server.openai_base_url}/chat/completions",
+            json={"model": "m", "messages": [{"role": "user", "content": "x"}]},
+        )
+        del bare_request.headers["User-Agent"], bare_request.headers["Accept-Encoding"]
+        response = await pool.send(bare_request)
+        assert response.status_code == 200
+    finally:
+        await provider.aclose()
+        await pool.aclose()
+    ours, bare = server.requests[-2:]
+    assert ours.headers["user-agent"].startswith("fanloop/")
+    assert ours.headers["accept-encoding"] == "gzip, deflate"
+    assert "user-agent" not in bare.headers
+    assert "accept-encoding" not in bare.headers

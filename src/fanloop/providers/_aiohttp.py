@@ -263,6 +263,22 @@ class _Body(httpx2.AsyncByteStream):
         await self._wire.aclose()
 
 
+_OWN_HEADERS = ("Accept-Encoding", "User-Agent")
+"""Headers ``aiohttp`` adds to a request that does not name them (its own values): the
+request is sent with the ones it names, and without the others."""
+
+
+def _unnamed(headers: Mapping[str, str]) -> tuple[str, ...] | None:
+    """Which of :data:`_OWN_HEADERS` ``headers`` leaves out (``None``: neither, the usual
+    case: fanloop's requests and ``httpx2``'s name both). Telling ``aiohttp`` to skip headers
+    costs every request two header tables, so only a request that needs it does."""
+    if "Accept-Encoding" in headers and "User-Agent" in headers:
+        return None
+    named = {name.lower() for name in headers}
+    missing = tuple(name for name in _OWN_HEADERS if name.lower() not in named)
+    return missing or None
+
+
 class AiohttpTransport(httpx2.AsyncBaseTransport):
     """Send ``httpx2`` requests over one ``aiohttp.ClientSession`` (HTTP/1.1).
 
@@ -306,7 +322,6 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
             auto_decompress=False,  # httpx2 decodes content-encoding itself
             trust_env=self._trust_env,
             timeout=aiohttp.ClientTimeout(total=None),
-            skip_auto_headers=("Accept-Encoding", "User-Agent"),
         )
         return self._session
 
@@ -333,6 +348,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
                 headers,
                 body,
                 _client_timeout(timeout.connect, timeout.read, timeout.pool),
+                skip=_unnamed(headers),
             )
         except httpx2.TransportError as exc:
             exc.request = httpx2.Request("POST", url)  # for messages naming host and port
@@ -347,6 +363,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         data: Any,
         timeout: aiohttp.ClientTimeout,
         server_hostname: str | None = None,
+        skip: tuple[str, ...] | None = None,
     ) -> aiohttp.ClientResponse:
         session = self._session or self._open()
         pooled = self._connector
@@ -372,6 +389,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
                     allow_redirects=False,
                     timeout=timeout,
                     server_hostname=server_hostname,
+                    skip_auto_headers=skip,
                 )
             except _FAILURES as exc:
                 if attempts and unsent(exc):
@@ -394,6 +412,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
             data,
             _client_timeout(timeout.get("connect"), timeout.get("read"), timeout.get("pool")),
             request.extensions.get("sni_hostname"),
+            _unnamed(request.headers),
         )
         return httpx2.Response(
             status_code=response.status,
