@@ -170,6 +170,9 @@ class ModelResponse(BaseModel):
     ``MAX_TOKENS``. ``stop_details`` carries provider detail such as a refusal's ``category``.
     """
 
+    # Not a field: whether its parser vouched for its text (see fanloop._unicode.vouch).
+    __slots__ = ("__fanloop_valid__",)
+
     model_config = ConfigDict(frozen=True, defer_build=True)
     content: tuple[Part, ...] = ()
     stop_reason: StopReason = StopReason.END_TURN

@@ -24,6 +24,8 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from ._slots import slot_of
+
 __all__ = [
     "INLINE",
     "REPLACEMENT",
@@ -194,11 +196,18 @@ def _rebuilt(value: Any) -> Any:
 
 _VALID: dict[int, weakref.ref[Any]] = {}
 """The (frozen) models known to hold valid Unicode, by identity, for as long as they live: a
-message checked on its way into a session is not scanned again by the store."""
+message checked on its way into a session is not scanned again by the store. A class with a
+``__fanloop_valid__`` slot (messages, responses) keeps the mark on each object instead."""
 
 
 def known_valid(model: Any) -> bool:
     """Whether :func:`scrub_model` already vouched for this very object."""
+    slot = slot_of(type(model), "__fanloop_valid__")
+    if slot is not None:
+        try:
+            return slot.__get__(model) is True
+        except AttributeError:  # never marked
+            return False
     entry = _VALID.get(id(model))
     return entry is not None and entry() is model
 
@@ -207,6 +216,10 @@ def vouch(model: Any) -> None:
     """Remember that the frozen ``model`` holds valid Unicode only (its maker made it so:
     e.g. a provider's turn decoded from a checked stream), so that no check walks it; a
     model holding it is still walked, but not into it."""
+    slot = slot_of(type(model), "__fanloop_valid__")
+    if slot is not None:  # on the object itself: no table entry, no reference to track
+        slot.__set__(model, True)
+        return
     key = id(model)
     try:  # (not contextlib.suppress: this runs once per turn and per checked message)
         # The key rides on the reference: one shared callback, no closure per model.

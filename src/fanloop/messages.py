@@ -527,6 +527,12 @@ class Origin(BaseModel):
 class Message(BaseModel):
     """One message of a conversation."""
 
+    # Not fields: what fanloop has worked out about this very object, kept on it (a side
+    # table entry per message was two more objects per message for the collector): whether
+    # its text is known to be valid Unicode, and its wire text as a provider last rendered it.
+    # Never copied, pickled or compared.
+    __slots__ = ("__fanloop_valid__", "__fanloop_wire__")
+
     model_config = _FROZEN
     role: Role
     content: tuple[Part, ...]

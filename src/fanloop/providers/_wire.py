@@ -12,6 +12,7 @@ Everything a server sends is untrusted: :func:`loads` bounds the work of decodin
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -20,6 +21,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
+from .._slots import slot_of
 from .._unicode import may_escape_surrogates, scrub, scrub_json
 from ..errors import ResponseTooLarge
 from ..messages import INVALID_ARGUMENTS_KEY
@@ -220,19 +222,38 @@ K = TypeVar("K")
 
 
 class MessageCache(Generic[K]):
-    """Per-object memo of wire text, keyed by identity, evicted when the object dies."""
+    """Per-object memo of wire text, evicted when the object dies.
 
-    __slots__ = ("__weakref__", "_entries", "_render")
+    A message keeps its text on itself (its ``__fanloop_wire__`` slot, with the cache that
+    rendered it: one provider's text is not another's); any other object, in a table keyed by
+    identity.
+    """
+
+    __slots__ = ("__weakref__", "_entries", "_render", "_token")
 
     def __init__(self, render: Callable[[K], str]) -> None:
         self._render = render
+        self._token = next(_CACHES)
         self._entries: dict[int, _Entry] = {}
 
     def __len__(self) -> int:
+        """The entries of the identity table (objects without a slot for their text)."""
         return len(self._entries)
 
     def get(self, obj: K) -> str:
         """The wire text of ``obj``, rendered once per object."""
+        slot = slot_of(type(obj), "__fanloop_wire__")
+        if slot is not None:
+            try:
+                token, text = slot.__get__(obj)
+            except AttributeError:  # never rendered
+                pass
+            else:
+                if token == self._token:
+                    return text  # type: ignore[no-any-return]
+            text = self._render(obj)
+            slot.__set__(obj, (self._token, text))  # (one store: a reader sees both or none)
+            return text
         key = id(obj)
         entry = self._entries.get(key)
         if entry is not None and entry() is obj:
@@ -247,6 +268,11 @@ class MessageCache(Generic[K]):
         entry.entries = self._entries
         self._entries[key] = entry
         return text
+
+
+_CACHES = itertools.count()
+"""Numbers the caches, so a slot's text names the one that made it (never reused, unlike an
+``id``)."""
 
 
 class _Entry(weakref.ref):  # type: ignore[type-arg]
