@@ -174,3 +174,20 @@ async def test_aiohttp_sends_the_headers_a_request_names_and_adds_none_of_its_ow
     assert ours.headers["accept-encoding"] == "gzip, deflate"
     assert "user-agent" not in bare.headers
     assert "accept-encoding" not in bare.headers
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+async def test_a_borrowed_pool_its_owner_closed_is_a_configuration_error(
+    server: FakeLLMServer, transport: str
+) -> None:
+    from fanloop.errors import ConfigurationError
+    from fanloop.providers._http import create_pool
+
+    pool = create_pool(transport=transport)  # type: ignore[arg-type]
+    provider = make_openai(server, http_client=pool)
+    server.add("a")
+    assert (await provider.complete(request("x"))).text == "a"
+    await pool.aclose()
+    with pytest.raises(ConfigurationError, match="http_client given to OpenAIProvider is closed"):
+        await provider.complete(request("x"))
+    await provider.aclose()

@@ -26,7 +26,7 @@ import asyncio
 import functools
 import ssl
 import zlib
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterable, Iterator, Mapping
 from typing import Any
 
 import aiohttp
@@ -325,14 +325,16 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         )
         return self._session
 
-    async def post(
+    def post(
         self,
         url: str,
         headers: Mapping[str, str],
         body: bytes,
         timeout: httpx2.Timeout,
-    ) -> WireResponse:
-        """POST ``body`` to ``url``; the response with its body not yet read.
+    ) -> Awaitable[WireResponse]:
+        """POST ``body`` to ``url``: an awaitable of the response, its body not yet read (the
+        request's own coroutine: a run waiting for the response holds no frame of this
+        method).
 
         Redirects are not followed. Failures raise as ``httpx2`` transport errors.
         """
@@ -341,19 +343,15 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
             if len(self._urls) > 64:
                 self._urls.clear()
             target = self._urls[url] = URL(url, encoded=True)
-        try:
-            response = await self._send(
-                "POST",
-                target,
-                headers,
-                body,
-                _client_timeout(timeout.connect, timeout.read, timeout.pool),
-                skip=_unnamed(headers),
-            )
-        except httpx2.TransportError as exc:
-            exc.request = httpx2.Request("POST", url)  # for messages naming host and port
-            raise
-        return WireResponse(response, self)
+        return self._send(
+            "POST",
+            target,
+            headers,
+            body,
+            _client_timeout(timeout.connect, timeout.read, timeout.pool),
+            skip=_unnamed(headers),
+            named=url,
+        )
 
     async def _send(
         self,
@@ -364,7 +362,10 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         timeout: aiohttp.ClientTimeout,
         server_hostname: str | None = None,
         skip: tuple[str, ...] | None = None,
-    ) -> aiohttp.ClientResponse:
+        named: str | None = None,
+    ) -> WireResponse:
+        """Send a request; its response, the body not yet read. ``named``: the URL a transport
+        error names (its ``request``), when no ``httpx2`` request is behind this one."""
         session = self._session or self._open()
         pooled = self._connector
         if self._open_bodies < self._free_below and not (pooled is not None and pooled.has_idle()):
@@ -394,9 +395,12 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
             except _FAILURES as exc:
                 if attempts and unsent(exc):
                     continue
-                raise _translate(exc) from exc
+                error = _translate(exc)
+                if named is not None:
+                    error.request = httpx2.Request(method, named)  # (messages name the host)
+                raise error from exc
             self._open_bodies += 1
-            return response
+            return WireResponse(response, self)
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         timeout: dict[str, Any] = request.extensions.get("timeout", {})
@@ -405,7 +409,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         except httpx2.RequestNotRead:  # a streamed upload
             data = request.stream
             request.headers.pop("transfer-encoding", None)
-        response = await self._send(
+        wire = await self._send(
             request.method,
             URL(str(request.url), encoded=True),
             request.headers.multi_items(),
@@ -415,9 +419,9 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
             _unnamed(request.headers),
         )
         return httpx2.Response(
-            status_code=response.status,
-            headers=response.raw_headers,
-            stream=_Body(WireResponse(response, self)),
+            status_code=wire.status_code,
+            headers=wire._response.raw_headers,
+            stream=_Body(wire),
             request=request,
             extensions={"http_version": b"HTTP/1.1"},
         )

@@ -106,22 +106,34 @@ class WireEndpoint:
     wire_headers: dict[str, str]
     wire_timeout: httpx2.Timeout
 
-    async def post(self, provider: HTTPProvider, body: bytes, *, stream: bool) -> Response:
-        """POST ``body`` (always streamed: the provider reads the body up to its cap).
+    def post(self, provider: HTTPProvider, body: bytes, *, stream: bool) -> Awaitable[Response]:
+        """POST ``body`` (always streamed: the provider reads the body up to its cap): an
+        awaitable of the response. When this loop's pool is open and sends over ``aiohttp``,
+        it is the transport's own (a run waiting for the response holds no frame of this
+        method).
 
         Raises:
-            httpx2.HTTPError: the request failed.
+            httpx2.HTTPError: the request failed (when awaited).
             ConfigurationError: the pool passed as ``http_client`` was closed by its owner.
         """
+        pool = self.borrowed
+        if pool is None:
+            assert self.pools is not None
+            pool = self.pools.ready()
+        if pool is None or direct_transport(pool) is None:
+            return self._post(provider, body)
+        try:
+            return self.send(pool, body)
+        except RuntimeError as exc:
+            raise _closed(provider, pool, exc) from None
+
+    async def _post(self, provider: HTTPProvider, body: bytes) -> Response:
+        """:meth:`post` through the ``httpx2`` client, or once this loop's pool is opened."""
         pool = await self.pool()
         try:
             return await self.send(pool, body)
-        except RuntimeError:
-            if pool.is_closed:  # a borrowed pool its owner closed
-                raise ConfigurationError(
-                    f"the http_client given to {type(provider).__name__} is closed"
-                ) from None
-            raise
+        except RuntimeError as exc:
+            raise _closed(provider, pool, exc) from None
 
     async def pool(self) -> httpx2.AsyncClient:
         """The pool for a request sent from the running event loop."""
@@ -236,6 +248,14 @@ def _endpoint(
         wire_headers=wire_headers,
         wire_timeout=timeout if isinstance(timeout, httpx2.Timeout) else httpx2.Timeout(timeout),
     )
+
+
+def _closed(provider: HTTPProvider, pool: httpx2.AsyncClient, exc: RuntimeError) -> Exception:
+    """The error for a send refused with ``exc``: a borrowed pool its owner closed is a
+    :class:`ConfigurationError`; anything else, ``exc`` itself."""
+    if pool.is_closed:
+        return ConfigurationError(f"the http_client given to {type(provider).__name__} is closed")
+    return exc
 
 
 def _custom_headers(variable: str) -> dict[str, str]:

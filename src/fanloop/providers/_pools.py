@@ -82,6 +82,14 @@ class LoopPools:
             return last[1]
         return await self._open(loop)
 
+    def ready(self) -> httpx2.AsyncClient | None:
+        """The running loop's pool when it is the one used last (the common case: one loop),
+        else ``None`` (:meth:`get` finds or makes it)."""
+        last = self._last
+        if last is not None and last[0] is _running_loop():
+            return last[1]
+        return None
+
     def current(self) -> httpx2.AsyncClient | None:
         """The pool of the running loop, if it has one (for inspection)."""
         entry = self._entries.get(_running_loop())
