@@ -149,15 +149,16 @@ async def run_observed(
                         ),
                     )
                 try:
-                    await emitter.emit(
-                        RunStarted(
-                            run.run_id,
-                            agent.name,
-                            agent.model,
-                            agent.provider_name,
-                            trace_context=run.trace_context,
+                    if emitter.wants("run_started"):
+                        await emitter.emit(
+                            RunStarted(
+                                run.run_id,
+                                agent.name,
+                                agent.model,
+                                agent.provider_name,
+                                trace_context=run.trace_context,
+                            )
                         )
-                    )
                     if before is not None:
                         result = await before(run)
                     if result is None:
@@ -189,10 +190,11 @@ async def run_observed(
                     )
                     # Shielded so a cancelled run still reports how it ended, but only for a grace
                     # period: a consumer that never returns cannot make the run uncancellable.
-                    with anyio.move_on_after(FINAL_EVENT_GRACE, shield=True):
-                        if root:
-                            await record_spend(session, result)
-                        await emitter.emit(RunFinished(result, error))
+                    if (root and session is not None) or emitter.wants("run_finished"):
+                        with anyio.move_on_after(FINAL_EVENT_GRACE, shield=True):
+                            if root:
+                                await record_spend(session, result)
+                            await emitter.emit(RunFinished(result, error))
                     if observer is not None:
                         notify(
                             observer,

