@@ -172,3 +172,11 @@ def _texts(message: Message) -> list[str]:
     out = [p.text for p in message.content if isinstance(p, TextPart)]
     out += [p.content for p in message.content if isinstance(p, ToolResultPart)]
     return [t for t in out if not t.isascii()]
+
+
+async def test_a_user_message_of_ascii_text_is_known_valid_when_made() -> None:
+    plain, odd = Message.user("plain"), Message.user("a\ud800b")
+    assert _unicode.known_valid(plain) and not _unicode.known_valid(odd)
+    # The other one is still searched (and fixed) when a run appends it.
+    result = await Agent(ScriptedProvider(["ok"])).run(odd)
+    assert result.messages[0].text == "a\ufffdb"
