@@ -112,12 +112,14 @@ async def child_main(side: str, url: str, n: int, top: int, cpu: bool, pool: int
         await _settle(len(gc.get_objects()))
         snap1 = tracemalloc.take_snapshot()
         tracemalloc.stop()
+        stats = snap1.compare_to(snap0, "lineno")
+        # The snapshots hold a tuple per trace: gone before the count, or it counts them.
+        del snap0, snap1
         gc.collect()
         after = collections.Counter(_key(o) for o in gc.get_objects())
         diff = after - before
         out["tracked_per_run"] = sum(diff.values()) / n
         out["types"] = [(t, round(c / n, 2)) for t, c in diff.most_common(top)]
-        stats = snap1.compare_to(snap0, "lineno")
         out["heap_bytes_per_run"] = sum(s.size_diff for s in stats) / n
         out["sites"] = [
             (
