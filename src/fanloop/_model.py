@@ -435,77 +435,74 @@ def make_invoker(provider: Any, idle_timeout: float | None = None) -> Invoker:
     stream = getattr(provider, "stream", None)
     if callable(stream):
 
-        async def consume(
-            request: ModelRequest, emit: Emit | None, progress: Progress, watch: IdleWatch | None
-        ) -> ModelResponse | None:
-            response: ModelResponse | None = None
-            async with stream(request) as events:
-                items: Any = events
-                channel = getattr(emit, "channel", None)  # a StreamSink's
-                if channel is not None:
-                    resumable = getattr(events, "resumable", None)
-                    reader = resumable() if resumable is not None else None
-                    if reader is not None:
-                        items = _HandOver(reader, channel, emit, progress, watch)
-                async for item in items:
-                    if isinstance(item, ModelResponse):
-                        response = item
-                    else:
-                        if item.kind not in _NOT_OUTPUT:
-                            progress.emitted = True
-                        if emit is not None and (out := emit(item)) is not None:
-                            if watch is None:
-                                await out
-                            else:
-                                watch.busy = True
-                                await out
-                                watch.busy = False
-                    if watch is not None:
-                        watch.touch()
-            return response
-
         async def invoke_stream(
             request: ModelRequest, emit: Emit | None, progress: Progress
         ) -> ModelResponse:
-            loop = None if idle_timeout is None else _asyncio_loop()
-            task = None if loop is None else _current_task(loop)
-            if idle_timeout is None or task is None:
-                response = await consume(request, emit, progress, None)
-            else:
-                assert loop is not None
-                # The watch cancels ``task`` when the stream goes idle; that one cancellation
-                # is taken back here (``Task.uncancel``, as ``asyncio.timeout`` does) when it
-                # was the watch's alone: one from elsewhere (the run's deadline, a caller's
-                # cancel scope) that landed as well goes on.
-                watch = IdleWatch(idle_timeout, task, loop)
-                before = task.cancelling()
-                taken_back = False
-                try:
-                    response = await consume(request, emit, progress, watch)
-                except BaseException as exc:
-                    if watch.fired:
-                        taken_back = True
-                        if (
-                            task.uncancel() <= before
-                            and _is_cancelled(exc)
-                            # an enclosing scope cancelled meanwhile (its own cancel may
-                            # not have reached the task yet): the run is cancelled instead
-                            and anyio.current_effective_deadline() != -math.inf
-                        ):
-                            response = _IDLE
+            # (One frame reads the stream and keeps the idle watch: a run waiting on the
+            # model holds no other of this call's.)
+            watch: IdleWatch | None = None
+            if idle_timeout is not None:
+                loop = _asyncio_loop()
+                task = None if loop is None else _current_task(loop)
+                if task is not None:
+                    assert loop is not None
+                    # The watch cancels ``task`` when the stream goes idle; that one
+                    # cancellation is taken back here (``Task.uncancel``, as
+                    # ``asyncio.timeout`` does) when it was the watch's alone: one from
+                    # elsewhere (the run's deadline, a caller's cancel scope) that landed as
+                    # well goes on.
+                    watch = IdleWatch(idle_timeout, task, loop)
+                    before = task.cancelling()
+            taken_back = False
+            response: ModelResponse | None = None
+            try:
+                async with stream(request) as events:
+                    items: Any = events
+                    channel = getattr(emit, "channel", None)  # a StreamSink's
+                    if channel is not None:
+                        resumable = getattr(events, "resumable", None)
+                        reader = resumable() if resumable is not None else None
+                        if reader is not None:
+                            items = _HandOver(reader, channel, emit, progress, watch)
+                    async for item in items:
+                        if isinstance(item, ModelResponse):
+                            response = item
                         else:
-                            raise
-                    else:
-                        raise
-                finally:
+                            if item.kind not in _NOT_OUTPUT:
+                                progress.emitted = True
+                            if emit is not None and (out := emit(item)) is not None:
+                                if watch is None:
+                                    await out
+                                else:
+                                    watch.busy = True
+                                    await out
+                                    watch.busy = False
+                        if watch is not None:
+                            watch.touch()
+            except BaseException as exc:
+                if watch is None or not watch.fired:
+                    raise
+                taken_back = True
+                if (
+                    watch.task.uncancel() <= before
+                    and _is_cancelled(exc)
+                    # an enclosing scope cancelled meanwhile (its own cancel may not have
+                    # reached the task yet): the run is cancelled instead
+                    and anyio.current_effective_deadline() != -math.inf
+                ):
+                    response = _IDLE
+                else:
+                    raise
+            finally:
+                if watch is not None:
                     watch.close()
                     if watch.fired and not taken_back:  # the work ended before it was told
-                        task.uncancel()
-                if response is _IDLE:
-                    raise ProviderTimeout(
-                        f"the model's stream sent no content for {idle_timeout:g} s",
-                        provider=getattr(provider, "name", None),
-                    )
+                        watch.task.uncancel()
+            if response is _IDLE:
+                raise ProviderTimeout(
+                    f"the model's stream sent no content for {idle_timeout:g} s",
+                    provider=getattr(provider, "name", None),
+                )
             if response is None:
                 raise ResponseInvalid(
                     "the provider's stream ended without a final response",
