@@ -570,3 +570,26 @@ async def test_a_paused_turn_keeps_its_wire_blocks_for_exact_replay() -> None:
     assert final.text == "Searching done."
     assert final.origin is not None
     assert [b["b"] for b in final.origin.raw] == ["server_tool_use", "text1", "text2"]
+
+
+async def test_a_paused_turn_of_a_provider_that_builds_lists_is_joined() -> None:
+    """A provider may build its responses unvalidated (``model_construct``) with a list of
+    parts: a paused turn still joins with the next one."""
+    from fanloop.messages import TextPart
+    from fanloop.providers import ModelResponse, StopReason, Usage
+
+    class Pausing:
+        name = "pausing"
+        model = "m"
+        calls = 0
+
+        async def complete(self, request: Any) -> ModelResponse:
+            self.calls += 1
+            stop = StopReason.PAUSED if self.calls == 1 else StopReason.END_TURN
+            return ModelResponse.model_construct(
+                content=[TextPart(text=f"part{self.calls} ")], stop_reason=stop, usage=Usage()
+            )
+
+    result = await Agent(Pausing()).run("hi")
+    assert result.termination_reason is TerminationReason.COMPLETED
+    assert result.text == "part1 part2 "

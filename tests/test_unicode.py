@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
@@ -180,3 +181,41 @@ async def test_a_user_message_of_ascii_text_is_known_valid_when_made() -> None:
     # The other one is still searched (and fixed) when a run appends it.
     result = await Agent(ScriptedProvider(["ok"])).run(odd)
     assert result.messages[0].text == "a\ufffdb"
+
+
+def test_the_memo_slots_keep_no_class_alive() -> None:
+    """Looking for a memo slot caches nothing per class: a model class made at run time
+    (``create_model`` per request) is freed once unused."""
+    import gc
+    import weakref
+
+    from pydantic import create_model
+
+    refs = []
+    for i in range(50):
+        made = create_model(f"Out{i}", x=(str, ...))
+        assert not _unicode.holds_surrogates(made(x="a"))  # walks it, asks for its slot
+        refs.append(weakref.ref(made))
+        del made
+    gc.collect()
+    assert sum(ref() is not None for ref in refs) == 0
+
+
+async def test_an_observer_that_writes_into_a_turn_cannot_slip_a_surrogate_past_the_check() -> None:
+    """A parsed turn is known valid, but an observer sees it before it is appended: what it
+    writes into the turn's dicts (here the origin's raw form) is checked on append."""
+    from fanloop.observers import NullObserver
+    from fanloop.providers.openai import OpenAIProvider
+    from fanloop.testing import FakeLLMServer
+
+    class Edit(NullObserver):
+        def on_response(self, response: Any) -> None:
+            response.origin.raw["content"] = "bad \ud800"
+
+    with FakeLLMServer() as server:
+        server.add("hello")
+        provider = OpenAIProvider("gpt-4.1", api_key="k", base_url=server.openai_base_url)
+        result = await Agent(provider, observer=Edit()).run("hi")
+        await provider.aclose()
+    assert result.messages[-1].origin is not None
+    assert result.messages[-1].origin.raw["content"] == "bad \ufffd"

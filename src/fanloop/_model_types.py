@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ._settings import ModelSettings
+from ._slots import register as register_slots
 from ._unicode import known_valid, vouch
 from .messages import Citation, Message, Origin, Part, TextPart, ThinkingPart, ToolCallPart, _build
 
@@ -212,3 +213,6 @@ class ModelResponse(BaseModel):
         if known_valid(self):  # (its parser vouched for it: appending it walks nothing)
             vouch(message)
         return message
+
+
+register_slots(ModelResponse)

@@ -13,7 +13,7 @@ from ._dispatch import Emitter
 from ._ids import new_id
 from ._model_types import ModelRequest, ModelResponse, zero_usage
 from ._result import RunResult, TerminationReason
-from ._unicode import valid_models
+from ._unicode import forget_valid, valid_models
 from .catalog import cost_of
 from .errors import ConfigurationError
 from .events import (
@@ -198,6 +198,10 @@ class RunState:
         budget, and announce usage and context (the server's counts are cleaned first)."""
         usage = clean_usage(response.usage)
         self.budget.settle(reserved, usage, self.agent.model)
+        if self.emitter.wants("response_completed"):
+            # An observer or hook sees it before it is appended: what it may write into its
+            # dicts (the origin's raw form, a call's arguments) is checked on append again.
+            forget_valid(response)
         if usage is not response.usage:
             response = response.model_copy(update={"usage": usage})
         self.usage = self.usage + usage

@@ -67,7 +67,7 @@ async def take_turn(run: RunState) -> ModelResponse | Ending:
         stop = response.stop_reason
 
         if stop is StopReason.PAUSED:
-            pending += response.content
+            pending += tuple(response.content)  # (a provider's unvalidated list, too)
             origins += (response.origin,)
             continue
 

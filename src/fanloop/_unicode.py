@@ -19,6 +19,7 @@ See ``docs/sessions.md`` (what a session stores) and ``docs/security.md`` (the w
 
 from __future__ import annotations
 
+import contextlib
 import re
 import weakref
 from collections.abc import Callable, Sequence
@@ -227,6 +228,16 @@ def vouch(model: Any) -> None:
     except TypeError:  # not weak-referenceable: checked every time
         return
     _VALID[key] = ref
+
+
+def forget_valid(model: Any) -> None:
+    """Take back :func:`vouch` for ``model`` (its dicts may have been written to since)."""
+    slot = slot_of(type(model), "__fanloop_valid__")
+    if slot is not None:
+        with contextlib.suppress(AttributeError):  # (never marked)
+            slot.__delete__(model)
+        return
+    _VALID.pop(id(model), None)
 
 
 def vouch_parsed(model: Any, *configured: str) -> None:

@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ._slots import register as register_slots
 from ._unicode import vouch
 
 __all__ = [
@@ -587,3 +588,6 @@ class Message(BaseModel):
     def tool_results_parts(self) -> tuple[ToolResultPart, ...]:
         """The tool results in this message, in order."""
         return tuple(p for p in self.content if isinstance(p, ToolResultPart))
+
+
+register_slots(Message)

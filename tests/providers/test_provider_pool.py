@@ -191,3 +191,22 @@ async def test_a_borrowed_pool_its_owner_closed_is_a_configuration_error(
     with pytest.raises(ConfigurationError, match="http_client given to OpenAIProvider is closed"):
         await provider.complete(request("x"))
     await provider.aclose()
+
+
+async def test_a_borrowed_pool_closed_under_a_request_is_a_configuration_error(
+    server: FakeLLMServer,
+) -> None:
+    """The owner closes the pool while the request waits for its first loop turn (a fresh
+    pool connects): the request fails as a closed pool, not as a bare RuntimeError."""
+    import asyncio
+
+    from fanloop.errors import ConfigurationError
+
+    pool = _aiohttp_pool()
+    provider = make_openai(server, http_client=pool)
+    server.add("a")
+    closing = asyncio.ensure_future(pool.aclose())  # runs at the request's first yield
+    with pytest.raises(ConfigurationError, match="is closed"):
+        await provider.complete(request("x"))
+    await closing
+    await provider.aclose()

@@ -127,6 +127,14 @@ class WireEndpoint:
         except RuntimeError as exc:
             raise _closed(provider, pool, exc) from None
 
+    def refused(self, provider: HTTPProvider, exc: RuntimeError) -> Exception:
+        """The error for a request that failed with ``exc`` once under way (the pool closed
+        while it waited): a :class:`ConfigurationError` for a closed pool, else ``exc``."""
+        pool = self.borrowed
+        if pool is None and self.pools is not None:
+            pool = self.pools.current()
+        return exc if pool is None else _closed(provider, pool, exc)
+
     async def _post(self, provider: HTTPProvider, body: bytes) -> Response:
         """:meth:`post` through the ``httpx2`` client, or once this loop's pool is opened."""
         pool = await self.pool()
@@ -410,6 +418,10 @@ class SDKEndpoint:
         self.errors = errors
         self.path = path
         self.json_body = type(sdk).__module__.startswith(_PLATFORM_CLIENTS)
+
+    def refused(self, provider: HTTPProvider, exc: RuntimeError) -> Exception:
+        """``exc`` itself (the SDK client reports its own state)."""
+        return exc
 
     async def post(self, provider: HTTPProvider, body: bytes, *, stream: bool) -> Response:
         """POST ``body`` through the SDK client.

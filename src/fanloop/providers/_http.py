@@ -714,6 +714,11 @@ class Endpoint(Protocol):
         """
         ...
 
+    def refused(self, provider: HTTPProvider, exc: RuntimeError) -> Exception:
+        """The error to raise for a request that failed with ``exc`` under way (a closed
+        pool is the user's :class:`~fanloop.errors.ConfigurationError`)."""
+        ...
+
     async def aclose(self) -> None:
         """Close what the endpoint made for itself (never what the user passed in)."""
         ...
@@ -870,7 +875,10 @@ class HTTPProvider:
         if self._closed:
             self._closed = False
         with _plain_mapping(self.name):
-            response = await self._client.post(self, body, stream=stream)
+            try:
+                response = await self._client.post(self, body, stream=stream)
+            except RuntimeError as exc:  # the pool was closed under the request
+                raise self._client.refused(self, exc) from None
         if not 200 <= response.status_code < 300:  # as the SDKs: anything else fails
             raise await self._status_failure(response)
         headers = response.headers
