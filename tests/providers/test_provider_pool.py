@@ -135,6 +135,12 @@ async def test_a_request_yields_a_loop_turn_only_when_it_may_connect(
         assert yields == [0]  # a fresh pool: it connects
         assert (await provider.complete(request("x"))).text == "b"
         assert yields == [0]  # the first one's connection, kept alive
+        with FakeLLMServer() as other:  # another host on the same pool: it connects
+            other.add("c")
+            elsewhere = make_openai(other, http_client=pool)
+            assert (await elsewhere.complete(request("x"))).text == "c"
+            await elsewhere.aclose()
+        assert yields == [0, 0]
     finally:
         await provider.aclose()
         await pool.aclose()

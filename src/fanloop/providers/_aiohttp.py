@@ -368,7 +368,9 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         error names (its ``request``), when no ``httpx2`` request is behind this one."""
         session = self._session or self._open()
         pooled = self._connector
-        if self._open_bodies < self._free_below and not (pooled is not None and pooled.has_idle()):
+        if self._open_bodies < self._free_below and not (
+            pooled is not None and pooled.has_idle(url.host, url.port)
+        ):
             # This request may open a connection. One loop turn first: runs that start
             # together do their set-up in one turn of the loop, and a connect begun early in
             # it had its 5 s counted against everyone else's set-up (1000 connect timeouts in

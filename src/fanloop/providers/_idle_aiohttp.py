@@ -171,10 +171,11 @@ class GuardedConnector(aiohttp.TCPConnector):
         super().__init__(**kwargs)
         self._factory = functools.partial(_Protocol, loop=self._loop)  # type: ignore[assignment]
 
-    def has_idle(self) -> bool:
-        """Whether a kept-alive connection waits in the pool (a request may take it instead
-        of connecting)."""
-        return bool(self._conns)  # (aiohttp drops a host's entry when its last one is taken)
+    def has_idle(self, host: str | None, port: int | None) -> bool:
+        """Whether a kept-alive connection to ``host:port`` waits in the pool (a request
+        there may take it instead of connecting)."""
+        # (aiohttp drops a key's entry when its last connection is taken; a pool holds few)
+        return any(key.host == host and key.port == port for key in self._conns)
 
     def _release(self, key: Any, protocol: Any, *args: Any, **kwargs: Any) -> None:
         if isinstance(protocol, _Protocol):
