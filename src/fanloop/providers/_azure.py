@@ -59,11 +59,6 @@ class _TokenEndpoint(WireEndpoint):
 
     token_provider: AzureTokenProvider | None = None
 
-    def post(self, provider: HTTPProvider, body: bytes, *, stream: bool) -> Awaitable[Response]:
-        # Always through the wrapper: its send is a coroutine (the token comes first), so a
-        # closed pool is only found when it runs.
-        return self._post(provider, body)
-
     def send(self, pool: httpx2.AsyncClient, body: bytes) -> Awaitable[Response]:
         return self._send_with_token(pool, body)
 

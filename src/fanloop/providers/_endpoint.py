@@ -114,18 +114,15 @@ class WireEndpoint:
 
         Raises:
             httpx2.HTTPError: the request failed (when awaited).
-            ConfigurationError: the pool passed as ``http_client`` was closed by its owner.
+            RuntimeError: the pool is closed (:meth:`refused` names the error to raise).
         """
         pool = self.borrowed
         if pool is None:
             assert self.pools is not None
             pool = self.pools.ready()
         if pool is None or direct_transport(pool) is None:
-            return self._post(provider, body)
-        try:
-            return self.send(pool, body)
-        except RuntimeError as exc:
-            raise _closed(provider, pool, exc) from None
+            return self._post(body)
+        return self.send(pool, body)
 
     def refused(self, provider: HTTPProvider, exc: RuntimeError) -> Exception:
         """The error for a request that failed with ``exc`` once under way (the pool closed
@@ -133,15 +130,15 @@ class WireEndpoint:
         pool = self.borrowed
         if pool is None and self.pools is not None:
             pool = self.pools.current()
-        return exc if pool is None else _closed(provider, pool, exc)
+        if pool is not None and pool.is_closed:
+            return ConfigurationError(
+                f"the http_client given to {type(provider).__name__} is closed"
+            )
+        return exc
 
-    async def _post(self, provider: HTTPProvider, body: bytes) -> Response:
+    async def _post(self, body: bytes) -> Response:
         """:meth:`post` through the ``httpx2`` client, or once this loop's pool is opened."""
-        pool = await self.pool()
-        try:
-            return await self.send(pool, body)
-        except RuntimeError as exc:
-            raise _closed(provider, pool, exc) from None
+        return await self.send(await self.pool(), body)
 
     async def pool(self) -> httpx2.AsyncClient:
         """The pool for a request sent from the running event loop."""
@@ -256,14 +253,6 @@ def _endpoint(
         wire_headers=wire_headers,
         wire_timeout=timeout if isinstance(timeout, httpx2.Timeout) else httpx2.Timeout(timeout),
     )
-
-
-def _closed(provider: HTTPProvider, pool: httpx2.AsyncClient, exc: RuntimeError) -> Exception:
-    """The error for a send refused with ``exc``: a borrowed pool its owner closed is a
-    :class:`ConfigurationError`; anything else, ``exc`` itself."""
-    if pool.is_closed:
-        return ConfigurationError(f"the http_client given to {type(provider).__name__} is closed")
-    return exc
 
 
 def _custom_headers(variable: str) -> dict[str, str]:

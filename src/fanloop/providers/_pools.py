@@ -76,11 +76,8 @@ class LoopPools:
 
     async def get(self) -> httpx2.AsyncClient:
         """The pool of the running loop, made now if this loop has none yet."""
-        loop = _running_loop()
-        last = self._last
-        if last is not None and last[0] is loop:
-            return last[1]
-        return await self._open(loop)
+        pool = self.ready()
+        return pool if pool is not None else await self._open(_running_loop())
 
     def ready(self) -> httpx2.AsyncClient | None:
         """The running loop's pool when it is the one used last (the common case: one loop),
