@@ -21,12 +21,15 @@ import pytest
 from sessions_helpers import PG_DSN, freezing_proxy, pg_address, pg_execute, pg_unreachable
 
 from fanloop.errors import ConfigurationError
-from fanloop.messages import Message, ToolCallPart
+from fanloop.messages import Message, ToolCallPart, ToolResultPart
 from fanloop.sessions import (
+    EffectStatus,
     PostgresStore,
     Session,
     SessionConflict,
     SessionError,
+    SessionNotFound,
+    _pg_copy,
     _pg_pool,
     _pg_schema,
     _postgres,
@@ -229,6 +232,42 @@ async def test_receipts_store_a_hash_not_the_arguments(
     rows = pg_execute(f'SELECT row_to_json(e)::text FROM "{pg_schema}".fanloop_effects e')
     assert "send_email" in rows[0][0]
     assert "kim.secret" not in rows[0][0]
+
+
+async def test_receipts_with_results_of_many_pieces_are_read_back_whole_and_in_order(
+    store: PostgresStore, pg_schema: str
+) -> None:
+    """Receipts are copied out with each result cut into pieces of ``_pg_copy.PIECE`` bytes
+    (a piece's end may split a UTF-8 character); every filter puts them back together."""
+    session = await store.open("s")
+    sizes = {"small": 10, "edge": _pg_copy.PIECE, "big": 3 * _pg_copy.PIECE + 7}
+    done = {}
+    for turn, (call_id, size) in enumerate(sizes.items(), start=1):
+        call = ToolCallPart(id=call_id, name="dump", arguments={"n": size})
+        await session.begin_effect(turn=turn, call=call)
+        content = ("é" * 3 + "ab") * (size // 8)  # odd offsets for "é" across pieces
+        result = ToolResultPart(call_id=call_id, content=content)
+        done[call_id] = await session.commit_effect(call_id, result)
+    await session.begin_effect(turn=9, call=ToolCallPart(id="open", name="dump", arguments={}))
+
+    async with PostgresStore(PG_DSN, schema=pg_schema) as again:
+        assert await again.get_receipt("s", "big") == done["big"]
+        assert await again.get_receipt("s", "edge") == done["edge"]
+        assert await again.get_receipt("s", "missing") is None
+        pending = await again.get_receipt("s", "open")
+        assert pending is not None and pending.result is None
+        listed = await again.list_receipts("s")
+        assert [r.call_id for r in listed] == ["small", "edge", "big", "open"]
+        assert listed[:3] == list(done.values())
+        assert await again.list_receipts("s", EffectStatus.COMMITTED) == list(done.values())
+        assert await again.list_receipts("s", EffectStatus.STARTED) == [pending]
+        assert await again.list_receipts("s", EffectStatus.RESOLVED_APPLIED) == []
+        await again.open("empty")
+        assert await again.list_receipts("empty") == []
+        with pytest.raises(SessionNotFound):
+            await again.list_receipts("nobody")
+        with pytest.raises(SessionNotFound):
+            await again.get_receipt("nobody", "big")
 
 
 async def test_metadata_keeps_what_sqlite_keeps(store: PostgresStore) -> None:

@@ -254,8 +254,8 @@ async def stored_receipt_row(receipt: EffectReceipt) -> tuple[EffectReceipt, tup
 
 
 def receipt_from_row(row: Sequence[Any]) -> EffectReceipt:
-    """The receipt stored as ``row`` (the columns of :func:`receipt_row`); call it off the
-    loop when its result is heavy.
+    """The receipt stored as ``row`` (the columns of :func:`receipt_row`, the result's JSON
+    whole or as a list of pieces); call it off the loop when its result is heavy.
 
     Raises:
         SessionError: the stored result or status cannot be read.
@@ -274,7 +274,11 @@ def receipt_from_row(row: Sequence[Any]) -> EffectReceipt:
         status=state,
         result=None
         if result is None
-        else _load(ToolResultPart, result, f"the result of call {call_id!r}"),
+        else _load(
+            ToolResultPart,
+            b"".join(result) if isinstance(result, list) else result,
+            f"the result of call {call_id!r}",
+        ),
         started_at=started,
         finished_at=finished,
         resolution_note=note,
@@ -286,7 +290,7 @@ async def receipts_from_rows(rows: Sequence[Sequence[Any]]) -> list[EffectReceip
     """:func:`receipt_from_row` of each row, off the loop when their results are heavy. A list
     of rows is handed over and emptied, so long results are freed where they are decoded (see
     :func:`load_record`)."""
-    heavy = sum(len(row[6] or b"") for row in rows) > INLINE
+    heavy = sum(_size(row[6]) for row in rows) > INLINE
 
     def decode() -> list[EffectReceipt]:
         receipts = [receipt_from_row(row) for row in rows]
@@ -295,6 +299,12 @@ async def receipts_from_rows(rows: Sequence[Sequence[Any]]) -> list[EffectReceip
         return receipts
 
     return await off_loop(heavy, decode)  # type: ignore[no-any-return]
+
+
+def _size(stored: bytes | list[bytes] | None) -> int:
+    if stored is None:
+        return 0
+    return sum(map(len, stored)) if isinstance(stored, list) else len(stored)
 
 
 # -- records -------------------------------------------------------------------------------

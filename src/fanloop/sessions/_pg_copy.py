@@ -9,7 +9,8 @@ either holds the event loop for a tenth of a second or more. So:
   time, letting the loop run between pieces), then runs its statement on that table, in the
   same transaction (the table empties itself at commit);
 - reading a session, the server cuts each message's JSON into rows of :data:`PIECE` bytes
-  (``COPY (...) TO STDOUT``), which arrive one by one (:func:`read_record`).
+  (``COPY (...) TO STDOUT``), which arrive one by one (:func:`read_record`); reading
+  receipts, it cuts each result's JSON the same way (:func:`read_receipts`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,15 @@ import anyio.lowlevel
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
-__all__ = ["PIECE", "STAGED", "STAGE_BYTES", "read_record", "stage"]
+__all__ = [
+    "PIECE",
+    "RECEIPT_TYPES",
+    "STAGED",
+    "STAGE_BYTES",
+    "read_receipts",
+    "read_record",
+    "stage",
+]
 
 STAGE_BYTES = 1024 * 1024
 """Values heavier than this in all (bytes of JSON) are staged instead of sent as parameters."""
@@ -78,3 +87,46 @@ async def read_record(
                 last = index
             await anyio.lowlevel.checkpoint()
     return None if head is None else (*head, messages)
+
+
+RECEIPT_TYPES = (
+    "int8",  # seq: the receipt's place, -1 for the row that says the session exists
+    "int4",  # the piece's number
+    "text",  # session_id
+    "text",  # call_id
+    "int8",  # turn
+    "text",  # tool
+    "text",  # arguments_hash
+    "text",  # status
+    "bytea",  # a piece of the result's JSON
+    "float8",  # started_at
+    "float8",  # finished_at
+    "text",  # resolution_note
+    "text",  # attempt
+)
+"""The columns :func:`read_receipts` reads."""
+
+
+async def read_receipts(
+    conn: AsyncConnection[Any], statement: str, params: dict[str, str]
+) -> list[list[Any]] | None:
+    """The receipts as ``statement`` (``Statements.get_receipt`` and its kin) copies them
+    out, in order: each one's stored columns (see ``_codec.receipt_from_row``), with its
+    result as the list of its JSON's pieces (or ``None``); ``None`` if there is no session."""
+    found = False
+    rows: list[list[Any]] = []
+    last = None
+    async with conn.cursor().copy(statement, params) as copy:
+        copy.set_types(list(RECEIPT_TYPES))
+        async for seq, _piece, *columns in copy.rows():
+            if seq < 0:
+                found = True
+            elif seq == last:
+                rows[-1][6].append(columns[6])
+            else:
+                if columns[6] is not None:
+                    columns[6] = [columns[6]]
+                rows.append(columns)
+                last = seq
+            await anyio.lowlevel.checkpoint()
+    return rows if found else None

@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 
 from .._record import by_fields
-from ._pg_copy import PIECE, STAGED
+from ._pg_copy import PIECE, RECEIPT_TYPES, STAGED
 
 __all__ = [
     "MIGRATIONS",
@@ -92,11 +92,28 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 _SCHEMA = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _NOW = "extract(epoch FROM clock_timestamp())::double precision"
-_RECEIPT = (
-    "e.session_id, e.call_id, e.turn, e.tool, e.arguments_hash, e.status, "
-    "convert_to(e.result::text, 'UTF8'), e.started_at, e.finished_at, e.resolution_note, "
-    "e.attempt"
+_KEPT = (
+    "e.session_id, e.call_id, e.turn, e.tool, e.arguments_hash, e.status, e.started_at, "
+    "e.finished_at, e.resolution_note, e.attempt"
 )
+_NO_RECEIPT = ", ".join(f"NULL::{t}" for t in RECEIPT_TYPES[2:])
+
+
+def _receipts(sessions: str, effects: str, where: str) -> str:
+    """A statement that copies out the session's row (index ``-1``: the session exists),
+    then each of its receipts that ``where`` keeps, in ``seq`` order, with the JSON of its
+    result in pieces of :data:`PIECE` bytes, a row a piece (see ``_pg_copy.read_receipts``)."""
+    return (
+        f"COPY (WITH s AS (SELECT id FROM {sessions} WHERE id = %(id)s), "
+        f"e AS MATERIALIZED (SELECT e.seq, {_KEPT}, convert_to(e.result::text, 'UTF8') AS r "
+        f"FROM {effects} e JOIN s ON e.session_id = s.id{where}) "
+        f"SELECT -1::bigint, 0, {_NO_RECEIPT} FROM s "
+        "UNION ALL SELECT e.seq, c.i, e.session_id, e.call_id, e.turn, e.tool, "
+        f"e.arguments_hash, e.status, substring(e.r FROM c.i * {PIECE} + 1 FOR {PIECE}), "
+        "e.started_at, e.finished_at, e.resolution_note, e.attempt FROM e, "
+        f"generate_series(0, greatest(coalesce(length(e.r), 0) - 1, 0) / {PIECE}) AS c(i) "
+        "ORDER BY 1, 2) TO STDOUT (FORMAT BINARY)"
+    )
 
 
 def check_schema(schema: str) -> str:
@@ -210,9 +227,6 @@ class Statements:
             "FROM unnest(%(roles)s::text[]) WITH ORDINALITY AS m(role, n) "
             f"JOIN {STAGED} t ON t.n = m.n"
         )
-        receipts = (
-            f"SELECT {_RECEIPT} FROM {sessions} s LEFT JOIN {effects} e ON e.session_id = s.id"
-        )
         bump = (
             f"WITH bumped AS (UPDATE {sessions} SET message_count = %(end)s, "
             f"updated_at = {_NOW} WHERE id = %(id)s AND message_count = %(start)s "
@@ -279,11 +293,11 @@ class Statements:
             add_receipt=add_receipt,
             update_receipt=update_receipt,
             # One row (the receipt's columns, or NULLs) if the session exists, else none.
-            get_receipt=receipts + " AND e.call_id = %s WHERE s.id = %s",
-            list_receipts=receipts + " WHERE s.id = %s ORDER BY e.seq",
-            list_receipts_with_status=(
-                receipts + " AND e.status = %s WHERE s.id = %s ORDER BY e.seq"
-            ),
+            # The receipts are copied out like the messages: a result of tens of MiB comes
+            # back a piece at a time, not as one row that libpq and psycopg copy in one go.
+            get_receipt=_receipts(sessions, effects, " WHERE e.call_id = %(call)s"),
+            list_receipts=_receipts(sessions, effects, ""),
+            list_receipts_with_status=_receipts(sessions, effects, " WHERE e.status = %(status)s"),
             append_staged=bump + insert_staged.replace("FROM unnest", "FROM bumped, unnest"),
             insert_staged=insert_staged,
             add_receipt_staged=add_receipt.replace(result, staged_result),

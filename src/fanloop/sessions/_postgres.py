@@ -34,7 +34,7 @@ from ._models import (
     SessionRecord,
     new_session_id,
 )
-from ._pg_copy import STAGE_BYTES, read_record, stage
+from ._pg_copy import STAGE_BYTES, read_receipts, read_record, stage
 from ._pg_pool import Database, scalar
 from ._pg_schema import Statements
 from ._session import Session
@@ -243,7 +243,7 @@ class PostgresStore:
         staged = [] if result is None else [result]  # freed off the loop once written
         del result
 
-        async def add(conn: AsyncConnection[Any]) -> tuple[bool, tuple[Any, ...] | None]:
+        async def add(conn: AsyncConnection[Any]) -> tuple[bool, builtins.list[Any] | None]:
             await self._require(conn, receipt.session_id)
             if staged:
                 await stage(conn, staged)
@@ -271,7 +271,7 @@ class PostgresStore:
         staged = [] if result is None else [result]  # freed off the loop once written
         del result
 
-        async def update(conn: AsyncConnection[Any]) -> tuple[bool, tuple[Any, ...] | None]:
+        async def update(conn: AsyncConnection[Any]) -> tuple[bool, builtins.list[Any] | None]:
             await self._require(conn, session_id)
             if staged:
                 await stage(conn, staged)
@@ -295,17 +295,14 @@ class PostgresStore:
         self, session_id: str, status: EffectStatus | None = None
     ) -> builtins.list[EffectReceipt]:
         """The session's receipts, oldest first."""
-        params: tuple[str, ...]
+        params = {"id": session_id}
         if status is None:
-            statement, params = self._sql.list_receipts, (session_id,)
+            statement = self._sql.list_receipts
         else:
-            statement, params = self._sql.list_receipts_with_status, (status.value, session_id)
+            statement, params["status"] = self._sql.list_receipts_with_status, status.value
 
-        async def list_(conn: AsyncConnection[Any]) -> builtins.list[tuple[Any, ...]]:
-            rows = await (await conn.execute(statement, params, binary=True)).fetchall()
-            if not rows:
-                raise SessionNotFound(session_id)
-            return [row for row in rows if row[1] is not None]
+        async def list_(conn: AsyncConnection[Any]) -> builtins.list[builtins.list[Any]]:
+            return await self._receipts(conn, statement, params)
 
         return await receipts_from_rows(await self._run(list_))
 
@@ -355,16 +352,22 @@ class PostgresStore:
 
     async def _get_receipt(
         self, conn: AsyncConnection[Any], session_id: str, call_id: str
-    ) -> tuple[Any, ...] | None:
+    ) -> builtins.list[Any] | None:
         """The receipt's stored row, decoded by the caller once the connection is back."""
-        statement = self._sql.get_receipt
-        row = await (await conn.execute(statement, (call_id, session_id), binary=True)).fetchone()
-        if row is None:
-            raise SessionNotFound(session_id)
-        return None if row[1] is None else tuple(row)
+        params = {"id": session_id, "call": call_id}
+        rows = await self._receipts(conn, self._sql.get_receipt, params)
+        return rows[0] if rows else None
+
+    async def _receipts(
+        self, conn: AsyncConnection[Any], statement: str, params: dict[str, str]
+    ) -> builtins.list[builtins.list[Any]]:
+        rows = await read_receipts(conn, statement, params)
+        if rows is None:
+            raise SessionNotFound(params["id"])
+        return rows
 
 
-async def _one_receipt(row: tuple[Any, ...] | None) -> EffectReceipt | None:
+async def _one_receipt(row: Sequence[Any] | None) -> EffectReceipt | None:
     if row is None:
         return None
     rows = [row]
