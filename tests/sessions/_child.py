@@ -11,6 +11,9 @@ Modes (first argument), each working on the store named by the second: a SQLite 
 ``writer DB PREFIX SESSIONS MESSAGES``
     Print ``ready``, wait for ``go`` on stdin, then append MESSAGES messages to each of
     SESSIONS sessions at once (one task per session), and print ``done``.
+``llm CHARS CHUNK``
+    Run a FakeLLMServer that answers "warm", then ``huge_text(CHARS)`` in deltas of CHUNK
+    characters; print its port and serve until stdin closes.
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ import sys
 
 import anyio
 import anyio.to_thread
-from sessions_helpers import open_store
+from sessions_helpers import huge_text, open_store
 
 from fanloop.messages import Message, ToolCallPart, ToolResultPart
+from fanloop.testing import FakeLLMServer, reply
 
 COMMITTED = ToolCallPart(id="call_a", name="write_file", arguments={"path": "a", "text": "1"})
 OPEN = ToolCallPart(id="call_b", name="send_email", arguments={"to": "kim@example.com"})
@@ -72,9 +76,18 @@ async def writer(db: str, prefix: str, sessions: int, messages: int) -> None:
     say("done")
 
 
+def serve_llm(chars: int, chunk: int) -> None:
+    with FakeLLMServer(chars_per_delta=chunk) as server:
+        server.add(reply("warm"), reply(huge_text(chars)))
+        say(str(server.port))
+        sys.stdin.read()  # until the test closes our stdin
+
+
 def main(argv: list[str]) -> None:
     mode, db, *rest = argv
-    if mode == "crash":
+    if mode == "llm":
+        serve_llm(int(db), int(rest[0]))
+    elif mode == "crash":
         anyio.run(crash, db, rest[0])
     elif mode == "stream":
         anyio.run(stream, db, rest[0])

@@ -133,3 +133,9 @@ async def freezing_proxy() -> AsyncIterator[FreezingProxy]:
             yield proxy
         finally:
             tg.cancel_scope.cancel()
+
+
+def huge_text(chars: int) -> str:
+    """``chars`` characters of text, some of them non-ASCII (about 1.07 bytes a character as
+    UTF-8), the same every time it is asked for."""
+    return ("é" * 7 + "a" * 93) * (chars // 100)
