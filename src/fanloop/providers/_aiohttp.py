@@ -23,6 +23,7 @@ Imported only when a pool is built with it: ``aiohttp`` costs ~100 ms to import.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import ssl
 import zlib
@@ -78,8 +79,59 @@ def _translate(exc: BaseException) -> httpx2.TransportError:
 
 _FAILURES = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
+
+def _failure(exc: BaseException, method: str, named: str | None) -> httpx2.TransportError:
+    """The ``httpx2`` error a request raises for ``exc``; ``named``: the URL it names (its
+    ``request``) when no ``httpx2`` request is behind this one."""
+    error = _translate(exc)
+    if named is not None:
+        error.request = httpx2.Request(method, named)  # (messages name the host)
+    return error
+
+
 _ATTEMPTS = 3
 """Tries of a request refused before its first byte was sent (each on another connection)."""
+
+
+async def _queued(
+    turn: asyncio.Future[None],
+    pooled: GuardedConnector,
+    limit: float | None,
+    method: str,
+    named: str | None,
+) -> None:
+    """Wait in ``pooled``'s queue until the request is admitted, at most ``limit`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = None if limit is None else loop.time() + limit
+    waiting: asyncio.Future[None] | None = turn
+    while waiting is not None:
+        turn = waiting
+        timer = None
+        if deadline is not None:
+            timer = loop.call_at(deadline, _expire, turn, limit, context=_QUIET)
+        try:
+            await turn
+        except BaseException as exc:
+            pooled.withdraw(turn)
+            if isinstance(exc, _FAILURES):  # timed out, or the pool was closed
+                raise _failure(exc, method, named) from exc
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+        waiting = pooled.admit(again=True)
+
+
+def _expire(turn: asyncio.Future[None], limit: float | None) -> None:
+    if not turn.done():
+        turn.set_exception(
+            aiohttp.ConnectionTimeoutError(f"no connection of the pool was free within {limit} s")
+        )
+
+
+_QUIET = contextvars.Context()
+"""The context the queue's timers run in: a timer scheduled in the request's own context
+would keep a snapshot of it (the run's context variables) in the loop's heap until it fired."""
 
 
 class _Inflate:
@@ -368,16 +420,28 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         error names (its ``request``), when no ``httpx2`` request is behind this one."""
         session = self._session or self._open()
         pooled = self._connector
-        if self._open_bodies < self._free_below and not (
+        turn = pooled.admit() if pooled is not None else None
+        if turn is not None:
+            # Every connection is taken: wait in the pool's queue, before aiohttp builds the
+            # request, at most aiohttp's connect timeout (httpx2's pool timeout), as long as
+            # a request may wait inside aiohttp.
+            assert pooled is not None
+            await _queued(turn, pooled, timeout.connect, method, named)
+        elif self._open_bodies < self._free_below and not (
             pooled is not None and pooled.has_idle(url.host, url.port)
         ):
             # This request may open a connection. One loop turn first: runs that start
             # together do their set-up in one turn of the loop, and a connect begun early in
             # it had its 5 s counted against everyone else's set-up (1000 connect timeouts in
             # 10,000 runs on a loaded machine). Once every connection is busy, requests wait
-            # in the connector instead and take connections that are already open; while one
-            # is kept alive in the pool, a request takes it without connecting.
-            await asyncio.sleep(0)
+            # in the pool's queue instead and take connections that are already open; while
+            # one is kept alive in the pool, a request takes it without connecting.
+            try:
+                await asyncio.sleep(0)
+            except BaseException:
+                if pooled is not None:
+                    pooled.abandon()
+                raise
         # A request refused before its first byte went out (bytes arrived on the connection
         # while it waited to be sent: see GuardedConnector) is sent again on another one.
         attempts = _ATTEMPTS if isinstance(data, bytes | None) else 1
@@ -394,13 +458,14 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
                     server_hostname=server_hostname,
                     skip_auto_headers=skip,
                 )
-            except _FAILURES as exc:
+            except BaseException as exc:
+                if pooled is not None:
+                    pooled.abandon()  # (failed before it connected: its admission is freed)
+                if not isinstance(exc, _FAILURES):
+                    raise
                 if attempts and unsent(exc):
                     continue
-                error = _translate(exc)
-                if named is not None:
-                    error.request = httpx2.Request(method, named)  # (messages name the host)
-                raise error from exc
+                raise _failure(exc, method, named) from exc
             self._open_bodies += 1
             return WireResponse(response, self)
 
