@@ -23,7 +23,6 @@ Imported only when a pool is built with it: ``aiohttp`` costs ~100 ms to import.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import functools
 import ssl
 import zlib
@@ -35,7 +34,7 @@ import httpx2
 from yarl import URL
 
 from ._connect import connect_reason
-from ._idle_aiohttp import GuardedConnector, unsent
+from ._idle_aiohttp import QUIET, GuardedConnector, unsent
 from ._wire import ResponseTooLarge, content_codings
 
 __all__ = ["AiohttpTransport", "WireResponse"]
@@ -108,7 +107,7 @@ async def _queued(
         turn = waiting
         timer = None
         if deadline is not None:
-            timer = loop.call_at(deadline, _expire, turn, limit, context=_QUIET)
+            timer = loop.call_at(deadline, _expire, turn, limit, context=QUIET)
         try:
             await turn
         except BaseException as exc:
@@ -127,11 +126,6 @@ def _expire(turn: asyncio.Future[None], limit: float | None) -> None:
         turn.set_exception(
             aiohttp.ConnectionTimeoutError(f"no connection of the pool was free within {limit} s")
         )
-
-
-_QUIET = contextvars.Context()
-"""The context the queue's timers run in: a timer scheduled in the request's own context
-would keep a snapshot of it (the run's context variables) in the loop's heap until it fired."""
 
 
 class _Inflate:

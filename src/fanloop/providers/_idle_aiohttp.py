@@ -30,7 +30,7 @@ from aiohttp.client_proto import ResponseHandler
 
 from ._sockets import socket_readable
 
-__all__ = ["GuardedConnector", "Unsent", "unsent"]
+__all__ = ["QUIET", "GuardedConnector", "Unsent", "unsent"]
 
 _IDLE, _SENDING, _IN_FLIGHT = range(3)
 
@@ -165,7 +165,9 @@ class _Protocol(ResponseHandler):
         )
 
 
-_QUIET = contextvars.Context()
+QUIET = contextvars.Context()
+"""The context the pool queue's callbacks and timers run in: one scheduled in a request's own
+context would keep a snapshot of it (a run's context variables) in the loop until it ran."""
 
 
 class GuardedConnector(aiohttp.TCPConnector):
@@ -244,7 +246,7 @@ class GuardedConnector(aiohttp.TCPConnector):
             super()._release_waiter()
         elif self._queue and not self._waking:
             self._waking = True
-            self._loop.call_soon(self._wake_later, context=_QUIET)
+            self._loop.call_soon(self._wake_later, context=QUIET)
 
     def _wake_later(self) -> None:
         self._waking = False
