@@ -133,3 +133,147 @@ def test_only_dataclasses_without_their_own_methods_are_taken() -> None:
 
     with pytest.raises(TypeError, match="defines __eq__, __hash__ or __repr__"):
         by_fields(Own)
+
+
+# -- record: a dataclass whose __init__ is compiled on first use ---------------------------
+
+
+def _records() -> list[type]:
+    """Every record class the modules ``import fanloop`` loads define."""
+    import sys
+
+    from fanloop._record import _LazyInit
+
+    found = set()
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("fanloop"):
+            continue
+        for value in vars(module).values():
+            init = vars(value).get("__init__") if isinstance(value, type) else None
+            code = getattr(init, "__code__", None)
+            if isinstance(init, _LazyInit) or (code and code.co_filename.startswith("<record ")):
+                found.add(value)
+    return sorted(found, key=lambda c: f"{c.__module__}.{c.__qualname__}")
+
+
+def _machine_twin(cls: type) -> type:
+    """The dataclass the machinery builds with ``cls``'s fields: its ``__init__`` compiled as
+    usual, to compare signatures with."""
+    params = cls.__dataclass_params__  # type: ignore[attr-defined]
+    specs = []
+    for f in dataclasses.fields(cls):
+        kwargs: dict[str, Any] = {"kw_only": f.kw_only}
+        if f.default is not dataclasses.MISSING:
+            kwargs["default"] = f.default
+        if f.default_factory is not dataclasses.MISSING:
+            kwargs["default_factory"] = f.default_factory
+        specs.append((f.name, f.type, field(**kwargs)))
+    return dataclasses.make_dataclass(cls.__qualname__, specs, frozen=params.frozen)
+
+
+RECORDS = _records()
+
+
+def test_fanloop_defines_its_many_small_classes_as_records() -> None:
+    names = {c.__qualname__ for c in RECORDS}
+    assert {"TextDelta", "ToolFinished", "RetryPolicy", "Limits", "Hooks"} <= names
+    assert len(RECORDS) >= 40
+
+
+@pytest.mark.parametrize("cls", RECORDS, ids=[c.__qualname__ for c in RECORDS])
+def test_a_records_init_takes_what_the_dataclass_one_takes(cls: type) -> None:
+    import inspect
+
+    mine = inspect.signature(cls)  # looks the __init__ up on the class: compiles it
+    theirs = inspect.signature(_machine_twin(cls))
+    assert [(p.name, p.kind, repr(p.default)) for p in mine.parameters.values()] == [
+        (p.name, p.kind, repr(p.default)) for p in theirs.parameters.values()
+    ]
+    assert mine.return_annotation is None
+    assert type(vars(cls)["__init__"]).__name__ == "function"
+
+
+def test_a_record_compiles_its_init_on_first_use() -> None:
+    from fanloop._record import _LazyInit, record
+
+    made: list[int] = []
+
+    @record(kw_only=False)
+    class Base:
+        a: int
+
+    @record()
+    class Item(Base):
+        b: list[int] = field(default_factory=list)
+        c: str = "c"
+
+        def __post_init__(self) -> None:
+            made.append(self.a)
+
+    assert isinstance(vars(Item)["__init__"], _LazyInit)
+    first, second = Item(1), Item(2, c="x")
+    assert made == [1, 2] and first.b == [] and first.b is not second.b and second.c == "x"
+    assert type(vars(Item)["__init__"]).__name__ == "function"
+    assert Item.__init__.__qualname__.endswith("<locals>.Item.__init__")
+    assert isinstance(vars(Base)["__init__"], _LazyInit)  # untouched until it is used
+    assert Base(5) == Base(5) and Base(5).a == 5
+    with pytest.raises(TypeError, match="missing 1 required positional argument: 'a'"):
+        Item()  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="takes 2 positional arguments"):
+        Base(1, 2)  # type: ignore[call-arg]
+    assert Item.__match_args__ == ("a", "b", "c")
+    assert dataclasses.replace(first, a=9) == Item(9)
+
+
+def test_a_frozen_record_is_frozen_as_a_frozen_dataclass_is() -> None:
+    import copy
+    import pickle
+
+    policy = RetryPolicy(max_retries=1)
+    with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign to field"):
+        policy.max_retries = 2  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError, match="cannot delete field"):
+        del policy.max_retries  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        policy.other = 1  # type: ignore[attr-defined]
+    assert RetryPolicy.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    for twin in (pickle.loads(pickle.dumps(policy)), copy.copy(policy), copy.deepcopy(policy)):
+        assert twin == policy and hash(twin) == hash(policy)
+
+    @dataclass(frozen=True)
+    class Wider(RetryPolicy):
+        extra: int = 0
+
+    assert Wider(extra=1).extra == 1
+    with pytest.raises(TypeError, match="non-frozen dataclass from a frozen one"):
+
+        @dataclass
+        class Thawed(RetryPolicy):
+            pass
+
+
+def test_a_record_refuses_at_definition_what_its_init_could_not_take() -> None:
+    from fanloop._record import record
+
+    with pytest.raises(TypeError, match="non-default argument 'b' follows default argument"):
+
+        @record()
+        class Order:
+            a: int = 0
+            b: int  # type: ignore[misc]
+
+    with pytest.raises(TypeError, match="all in __init__"):
+
+        @record()
+        class Hidden:
+            a: int = field(default=0, init=False)
+
+    @dataclass
+    class Thawed:
+        a: int = 0
+
+    with pytest.raises(TypeError, match="frozen dataclass from a non-frozen one"):
+
+        @record(frozen=True)
+        class Frozen(Thawed):
+            pass

@@ -22,13 +22,12 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
 from ._log import logger
-from ._record import by_fields
+from ._record import record
 from ._result import PendingApproval, TerminationReason
 from ._run import CLEANUP_GRACE
 from .errors import ApprovalConflict, ApprovalError
@@ -90,8 +89,7 @@ Answer = bool | str
 reason for the model."""
 
 
-@by_fields
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class Parked:
     """Where a batch stopped: the index of the deferred call and its preview."""
 

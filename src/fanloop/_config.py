@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import MappingProxyType
 
-from ._record import by_fields
+from ._record import record
 from .errors import ConfigurationError
 
 __all__ = ["DEFAULT_CONTEXT", "NO_CONCURRENCY", "Concurrency", "ContextPolicy"]
@@ -40,8 +40,7 @@ def _caps(
     return MappingProxyType(frozen)
 
 
-@by_fields
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@record(frozen=True)
 class Concurrency:
     """How many of an agent's tool calls run at once: ``Agent(concurrency=Concurrency(...))``
     (docs/fanout.md).
@@ -77,8 +76,7 @@ class Concurrency:
         set_(self, "concurrency_limits", keyed)
 
 
-@by_fields
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@record(frozen=True)
 class ContextPolicy:
     """How a conversation is kept inside the model's context window:
     ``Agent(context=ContextPolicy(...))`` (docs/limits.md).

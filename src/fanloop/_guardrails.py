@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias, cast, overload
 
 import anyio
 
 from ._loop import run_loop
-from ._record import by_fields
+from ._record import record
 from ._result import GuardrailTrip, RunResult, TerminationReason
 from .errors import ConfigurationError
 from .events import GuardrailTripped
@@ -50,8 +49,7 @@ GuardrailFn: TypeAlias = Callable[..., "GuardrailResult | Awaitable[GuardrailRes
 text)`` for an output guardrail; sync or async; returns a :class:`GuardrailResult`."""
 
 
-@by_fields
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@record(frozen=True)
 class GuardrailResult:
     """What a guardrail's function returns.
 
@@ -231,8 +229,7 @@ def output_guardrail(
     return OutputGuardrail(fn, name=name)
 
 
-@by_fields
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@record(frozen=True)
 class Guardrails:
     """An agent's guardrails, sorted once when the agent is made, and how a run uses them."""
 

@@ -17,11 +17,10 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from ._dispatch import Emitter
-from ._record import by_fields
+from ._record import record
 from ._result import TerminationReason
 from ._run import _NO_OUTPUT, dynamic_system
 from .errors import ConfigurationError
@@ -71,8 +70,7 @@ _SCHEMA: dict[str, Any] = {
 }
 
 
-@by_fields
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@record(frozen=True)
 class Handoff:
     """A handoff an agent can take: made by :func:`handoff` (a bare agent in
     ``Agent(handoffs=[...])`` is ``handoff(agent)``).

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal
 
@@ -11,7 +10,7 @@ from pydantic_core import to_jsonable_python
 from typing_extensions import TypeVar
 
 from ._model_types import Usage
-from ._record import by_fields
+from ._record import record
 from .errors import RunIncomplete
 from .messages import Citation, Message
 
@@ -62,8 +61,7 @@ class TerminationReason(StrEnum):
     unknown = "unknown"
 
 
-@by_fields
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@record(frozen=True)
 class PendingApproval:
     """A dangerous call waiting for a person.
 

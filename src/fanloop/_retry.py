@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 
-from ._record import by_fields
+from ._record import record
 from .errors import ConfigurationError, ProviderError
 
 __all__ = ["RetryPolicy"]
 
 
-@by_fields
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@record(frozen=True)
 class RetryPolicy:
     """How transient model-call failures are retried.
 

@@ -14,11 +14,10 @@ budget for a whole conversation).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from ._model_types import Usage
-from ._record import by_fields
+from ._record import record
 from .limits import Limits
 
 if TYPE_CHECKING:
@@ -39,8 +38,7 @@ _SHARED = (
 )
 
 
-@by_fields
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@record(frozen=True)
 class SessionSpend:
     """What the runs of a session have spent so far.
 

@@ -14,16 +14,13 @@ The cost budget (``Limits(max_cost_usd=...)``) and the context check use this ta
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ._model_types import Usage
-from ._record import by_fields
+from ._record import record
 
 __all__ = ["ModelInfo", "cost_of", "model_info", "register_model"]
 
 
-@by_fields
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@record(frozen=True)
 class ModelInfo:
     """What fanloop knows of one model.
 

@@ -16,10 +16,9 @@ gives a JSON-ready form.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
 
-from ._record import by_fields
+from ._record import record
 from .messages import Citation, Message, ToolCallPart, ToolResultPart
 
 if TYPE_CHECKING:
@@ -73,12 +72,11 @@ PacingReason: TypeAlias = Literal["requests", "tokens", "concurrency", "cooldown
 group's cooldown after a rate limit (see :mod:`fanloop.pacing`)."""
 
 
-@by_fields
-@dataclass(slots=True, kw_only=True, eq=False, repr=False)
+@record(kw_only=True)
 class _Event:
-    # The event classes (dataclasses with ``eq=False, repr=False`` of their own) share
-    # ``__eq__`` and ``__repr__`` from here rather than have the dataclass machinery compile a
-    # pair for each of them (see fanloop._record). They behave as the generated ones.
+    # The event classes are records (fanloop._record): dataclasses whose ``__eq__`` and
+    # ``__repr__`` are shared rather than compiled for each class, and whose ``__init__`` is
+    # compiled when the class is first used. They behave as the generated ones.
     kind: ClassVar[str]
     agent_path: tuple[str, ...] = ()
     parent_call_id: str | None = None
@@ -106,7 +104,7 @@ def _jsonable(value: Any) -> Any:
 # -- deltas: what a streaming provider yields, re-emitted by the loop ------------------------
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class TextDelta(_Event):
     """A chunk of the answer's text, as it arrives."""
 
@@ -114,7 +112,7 @@ class TextDelta(_Event):
     text: str
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class ThinkingDelta(_Event):
     """A chunk of the model's reasoning; ``signature`` set when the provider sends one."""
 
@@ -123,7 +121,7 @@ class ThinkingDelta(_Event):
     signature: str | None = None
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class ToolCallStarted(_Event):
     """A tool call began streaming; its arguments follow as :class:`ToolCallDelta`."""
 
@@ -133,7 +131,7 @@ class ToolCallStarted(_Event):
     index: int = 0
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class ToolCallDelta(_Event):
     """A fragment of a streaming tool call's JSON arguments."""
 
@@ -143,7 +141,7 @@ class ToolCallDelta(_Event):
     index: int = 0
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class CitationAdded(_Event):
     """The model cited a source for the text it is writing.
 
@@ -163,7 +161,7 @@ MAX_PROGRESS_CHARS = 4096
 """The longest string in a :class:`HostedToolProgress` ``detail`` (longer ones are cut)."""
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class HostedToolProgress(_Event):
     """A tool the provider runs on its side (web search, file search, code interpreter,
     MCP, image generation, Anthropic's server tools) moved on.
@@ -190,7 +188,7 @@ StreamDelta: TypeAlias = (
 )
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class OutputPartial(_Event):
     """A typed answer as it streams: ``value`` is the partially parsed JSON value so far
     (a dict for an object output), sent whenever it grows. The validated value is
@@ -203,7 +201,7 @@ class OutputPartial(_Event):
 # -- the run ----------------------------------------------------------------------------------
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class RunStarted(_Event):
     """A run began.
 
@@ -222,7 +220,7 @@ class RunStarted(_Event):
     trace_context: dict[str, str] | None = None
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class RunFinished(_Event):
     """A run ended; ``result.termination_reason`` says how."""
 
@@ -231,7 +229,7 @@ class RunFinished(_Event):
     error: BaseException | None = None
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class RequestStarted(_Event):
     """A model request is about to be sent (``attempt`` counts from 1).
 
@@ -247,7 +245,7 @@ class RequestStarted(_Event):
     step: int = 0
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class ResponseCompleted(_Event):
     """A model response arrived whole."""
 
@@ -257,7 +255,7 @@ class ResponseCompleted(_Event):
     step: int = 0
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class RetryScheduled(_Event):
     """A model call failed and will be retried after ``delay`` seconds.
 
@@ -273,7 +271,7 @@ class RetryScheduled(_Event):
     step: int = 0
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class ModelFailed(_Event):
     """A model call failed for good, after ``attempts`` attempts."""
 
@@ -283,7 +281,7 @@ class ModelFailed(_Event):
     step: int = 0
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class ProviderFallback(_Event):
     """A :class:`~fanloop.providers.FallbackProvider` gave up on ``from_provider`` after
     ``error`` (once its retries were spent, or at once when the error is not transient) and
@@ -298,7 +296,7 @@ class ProviderFallback(_Event):
     discard_partial: bool = False
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class UsageUpdated(_Event):
     """Token usage after a model call: this turn's, the run's total, seconds since start."""
 
@@ -308,7 +306,7 @@ class UsageUpdated(_Event):
     elapsed: float
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class ContextUsage(_Event):
     """How much of the model's context window the conversation fills (``limit`` 0: unknown)."""
 
@@ -317,7 +315,7 @@ class ContextUsage(_Event):
     limit: int
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class ContextCritical(_Event):
     """The conversation crossed the share of the context window (``threshold``) past which
     older history is compacted; sent before the compaction starts."""
@@ -328,7 +326,7 @@ class ContextCritical(_Event):
     threshold: float
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class TurnCompleted(_Event):
     """A round of the loop ended: the model answered and its tool calls (``tool_calls`` of
     them) have their results in the transcript."""
@@ -339,7 +337,7 @@ class TurnCompleted(_Event):
     elapsed: float
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class CompactionStarted(_Event):
     """Older history is about to be compacted into a summary."""
 
@@ -347,7 +345,7 @@ class CompactionStarted(_Event):
     message_count: int
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class CompactionFinished(_Event):
     """History was compacted from ``before_count`` to ``after_count`` messages."""
 
@@ -356,7 +354,7 @@ class CompactionFinished(_Event):
     after_count: int
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class BudgetWarning(_Event):
     """A limit is close: ``used`` of ``limit`` has been spent (at the ``warn_at`` share)."""
 
@@ -366,7 +364,7 @@ class BudgetWarning(_Event):
     limit: float
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class StallDetected(_Event):
     """The same tool was called with the same arguments ``count`` times in a row."""
 
@@ -375,7 +373,7 @@ class StallDetected(_Event):
     count: int
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class PacingWait(_Event):
     """A paced model call waited ``seconds`` before it was sent (see :mod:`fanloop.pacing`).
 
@@ -389,7 +387,7 @@ class PacingWait(_Event):
     key: str = ""
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class PacingUnavailable(_Event):
     """The shared pacing backend (Redis) could not be reached for a model call.
 
@@ -403,7 +401,7 @@ class PacingUnavailable(_Event):
     fail_open: bool
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class PacingCapped(_Event):
     """A value read back from the shared pacing state (Redis) was out of bounds, and was capped
     or ignored (see :class:`~fanloop.pacing.RedisPacing`).
@@ -421,7 +419,7 @@ class PacingCapped(_Event):
 # -- guardrails -------------------------------------------------------------------------------
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class GuardrailTripped(_Event):
     """A guardrail tripped: the run ends with ``guardrail_tripped`` (docs/guardrails.md)."""
 
@@ -432,7 +430,7 @@ class GuardrailTripped(_Event):
 # -- tools ------------------------------------------------------------------------------------
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class ApprovalRequested(_Event):
     """A dangerous call waits at the confirmation gate; ``preview`` is what the user sees."""
 
@@ -441,7 +439,7 @@ class ApprovalRequested(_Event):
     preview: str
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class ApprovalResolved(_Event):
     """The gate answered; ``reason`` is what the model is told when declined."""
 
@@ -451,7 +449,7 @@ class ApprovalResolved(_Event):
     reason: str | None = None
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class ToolStarted(_Event):
     """A tool call is being handled (also sent for unknown tools and invalid arguments)."""
 
@@ -459,7 +457,7 @@ class ToolStarted(_Event):
     call: ToolCallPart
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class ToolFinished(_Event):
     """A tool call produced its result (possibly an error result) after ``duration`` s."""
 
@@ -469,7 +467,7 @@ class ToolFinished(_Event):
     duration: float = 0.0
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class HandoffOccurred(_Event):
     """The model took a handoff: from here on ``to_agent`` answers (docs/handoffs.md).
 
@@ -483,7 +481,7 @@ class HandoffOccurred(_Event):
     call_id: str
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class MessageAppended(_Event):
     """A message joined the conversation at position ``index`` (and was persisted)."""
 

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import anyio
 
 from ._model_types import ModelRequest, ToolSpec, Usage, zero_usage
-from ._record import by_fields
+from ._record import record
 from ._result import TerminationReason
 from .catalog import ModelInfo, cost_of, model_info
 from .errors import ConfigurationError
@@ -48,8 +48,7 @@ __all__ = [
 ]
 
 
-@by_fields
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@record(frozen=True)
 class Limits:
     """What a run may spend before it ends.
 
@@ -236,8 +235,7 @@ def _messages_tokens(messages: Iterable[Message]) -> int:
     return sum(_memo(m, _count_message) for m in messages)
 
 
-@by_fields
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@record(frozen=True)
 class InputEstimate:
     """A high estimate of a request's input tokens.
 
@@ -395,8 +393,7 @@ class Reservation:
 Denial = tuple[TerminationReason, str]
 
 
-@by_fields
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class Budget:
     """The running account of a run tree, shared by the root run and its sub-agents.
 

@@ -23,11 +23,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TextIO, runtime_checkable
 
 from ._log import logger
-from ._record import by_fields
+from ._record import record
 from .events import BudgetKind
 from .messages import ToolCallPart, ToolResultPart
 
@@ -61,8 +60,7 @@ OPTIONAL_CALLBACKS = (
 REQUIRED_CALLBACKS = ("on_request", "on_response", "on_retry", "on_tool_start", "on_tool_end")
 
 
-@by_fields
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@record(frozen=True)
 class ConversationContext:
     """Handed to ``on_conversation_start``: who is running, with which limits."""
 
@@ -74,8 +72,7 @@ class ConversationContext:
     session_id: str | None = None
 
 
-@by_fields
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@record(frozen=True)
 class ConversationSummary:
     """Handed to ``on_conversation_end``, once per conversation, on success or failure."""
 
@@ -348,8 +345,7 @@ def guarded(observer: LoopObserver | None) -> LoopObserver:
 MaybeAwaitable = Awaitable[None] | None
 
 
-@by_fields
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@record(frozen=True)
 class Hooks:
     """Callbacks for the moments of a run. Each may be a plain function or ``async def``.
 

@@ -15,7 +15,6 @@ import sys
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -25,7 +24,7 @@ from anyio.abc import TaskStatus
 
 from .. import Agent, Limits
 from .._httpcore import trio_on_first_use
-from .._record import by_fields
+from .._record import record
 from ..errors import ConfigurationError, FanloopError, ProviderError
 from ..providers import Provider, from_env, resolve_provider
 from ..providers._resolve import VENDORS
@@ -364,8 +363,7 @@ async def run_command(
 # -- one run ----------------------------------------------------------------------------------
 
 
-@by_fields
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class RunOutcome:
     """How one run went: its result (``None`` if it never started) and its provider error."""
 
@@ -437,8 +435,7 @@ class Console:
         print(self.style.dim(message), file=self.out, flush=True)
 
 
-@by_fields
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class AgentSetup:
     """An agent with its view, gate and line reader, ready for runs."""
 

@@ -18,14 +18,13 @@ import argparse
 import re
 import tempfile
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import httpx2
 
 from .. import tool
-from .._record import by_fields
+from .._record import record
 from .._result import RunResult
 from ..catalog import cost_of
 from ..providers import Usage
@@ -55,8 +54,7 @@ PLAN = """\
 """
 
 
-@by_fields
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@record(frozen=True)
 class Pace:
     """How long things take: slow enough to watch, or ``--fast`` for tests."""
 

@@ -13,10 +13,10 @@ import shlex
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .._record import by_fields
+from .._record import record
 from ..catalog import cost_of
 from ..observers import NullObserver
 from ._terminal import (
@@ -206,8 +206,7 @@ def describe_error(error: BaseException) -> str:
 Key = tuple[tuple[str, ...], str | None]
 
 
-@by_fields
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class _Batch:
     """One turn's calls, for the ``⇉`` line. Time spent waiting for a person at the approval
     prompt is not tool time: it is left out of the wall time."""

@@ -29,7 +29,6 @@ import tempfile
 import threading
 from collections.abc import Callable, Generator, Mapping, Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
 from http.cookies import SimpleCookie
 from importlib import resources
 from typing import Any
@@ -40,7 +39,7 @@ from anyio.abc import TaskStatus
 
 from .. import Agent, Limits
 from .._delegate import Delegation
-from .._record import by_fields
+from .._record import record
 from ..errors import ConfigurationError
 from ..messages import Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
 from ..sessions import (
@@ -161,8 +160,7 @@ def _options_agent(
 # -- the app ----------------------------------------------------------------------------------
 
 
-@by_fields
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@record(frozen=True)
 class WebOptions:
     """What the page is told about the server (``GET /api/info``) and who may use it.
 

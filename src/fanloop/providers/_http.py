@@ -44,7 +44,6 @@ import time
 import urllib.request
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeAlias
 
@@ -53,7 +52,7 @@ import anyio.lowlevel
 import httpx2
 
 from .._log import logger
-from .._record import by_fields
+from .._record import record
 from ..errors import (
     AuthenticationError,
     BadRequest,
@@ -156,8 +155,7 @@ DEFAULT_MAX_BLOCKS = 1024
 """The most content blocks (tool calls) one response may hold by default."""
 
 
-@by_fields
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@record(frozen=True)
 class WireLimits:
     """The caps on what one response from the server may hold.
 
@@ -687,8 +685,7 @@ class Response(Protocol):
     async def aclose(self) -> None: ...
 
 
-@by_fields
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@record(frozen=True)
 class SDKErrors:
     """The exception classes of one SDK that its endpoint translates
     (:class:`~fanloop.providers._endpoint.SDKEndpoint`)."""

@@ -8,11 +8,11 @@ import math
 import secrets
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import StrEnum
 from typing import Any, NamedTuple
 
-from .._record import by_fields
+from .._record import record
 from .._unicode import scrub_json
 from ..messages import Message, ToolResultPart
 
@@ -45,8 +45,7 @@ class EffectStatus(StrEnum):
     """An operator checked the outside world and found the effect not applied."""
 
 
-@by_fields
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@record(frozen=True)
 class EffectReceipt:
     """The durable record of one dangerous tool call.
 
@@ -93,8 +92,7 @@ class EffectClaim(NamedTuple):
     receipt: EffectReceipt
 
 
-@by_fields
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@record(frozen=True)
 class SessionInfo:
     """One line of :meth:`SessionStore.list`.
 
@@ -115,8 +113,7 @@ class SessionInfo:
     open_effects: int
 
 
-@by_fields
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@record(frozen=True)
 class SessionRecord:
     """A session as a store holds it; what ``open_record`` and ``read_record`` return.
 

@@ -26,9 +26,8 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from dataclasses import dataclass
 
-from .._record import by_fields
+from .._record import record
 from ._pg_copy import PIECE, RECEIPT_TYPES, STAGED
 
 __all__ = [
@@ -177,8 +176,7 @@ def redact(dsn: str) -> str:
     return scheme.group() + _URL_PASSWORD.sub(r"\1****", rest)
 
 
-@by_fields
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@record(frozen=True)
 class Statements:
     """Every statement the store runs, with its schema filled in (built once per store)."""
 

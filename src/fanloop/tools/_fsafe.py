@@ -33,11 +33,10 @@ import secrets
 import stat
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-from .._record import by_fields
+from .._record import record
 from ..errors import ToolError
 from ._blocking import Stop, Stopped
 from ._fread import LineReader, read_capped
@@ -82,8 +81,7 @@ class NotRegularFile(OSError):
     """The path is a pipe, socket or device (opening one could block or never end)."""
 
 
-@by_fields
-@dataclass(slots=True, eq=False, repr=False)
+@record()
 class Place:
     """A checked path, opened down to its parent directory.
 
@@ -372,8 +370,7 @@ class Budget:
 Kind = Literal["file", "dir", "link", "other"]
 
 
-@by_fields
-@dataclass(slots=True, frozen=True, eq=False, repr=False)
+@record(frozen=True)
 class Entry:
     """One entry met by :func:`walk`.
 

@@ -15,11 +15,10 @@ import contextlib
 import functools
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .._record import by_fields
+from .._record import record
 from ..errors import ToolError
 from ._blocking import Stop, run_blocking
 from ._filebase import _SKIP_DIRS, _SNIFF, _check_pattern, _FileTool, _is_binary, _read_failure
@@ -112,8 +111,7 @@ def _class_end(pattern: str, i: int) -> int:
     return len(pattern)
 
 
-@by_fields
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@record(frozen=True)
 class _Regex:
     line: Any  # regex.Pattern[str]: searched line by line
     window: Any  # the same pattern with MULTILINE, to rule out many lines at once; or None

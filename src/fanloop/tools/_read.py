@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._record import by_fields
+from .._record import record
 from ..errors import ToolError
 from ._blocking import Stop, run_blocking
 from ._filebase import _SNIFF, _FileTool, _is_binary, _read_failure, _size
@@ -31,8 +30,7 @@ __all__ = ["ReadFileTool"]
 _SCAN_LIMIT = 1 << 30  # read_file counts lines (and hashes) this many bytes at most
 
 
-@by_fields
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@record(frozen=True)
 class _Slice:
     path: Path
     display: str

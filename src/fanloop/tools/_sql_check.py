@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
-from .._record import by_fields
+from .._record import record
 from ..errors import ToolError
 
 __all__ = [
@@ -158,8 +157,7 @@ class Token(NamedTuple):
     name: str = ""
 
 
-@by_fields
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@record(frozen=True)
 class Statement:
     """A checked statement.
 

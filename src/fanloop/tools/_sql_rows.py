@@ -4,10 +4,9 @@ every cell cut to :data:`CELL_CHARS` characters (bytes shown as their length).""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from .._record import by_fields
+from .._record import record
 
 __all__ = ["CELL_CHARS", "QueryRows", "RowReader", "cut_cell"]
 
@@ -16,8 +15,7 @@ CELL_CHARS = 200
 so it still reads as cut."""
 
 
-@by_fields
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@record(frozen=True)
 class QueryRows:
     """What a statement returned.
 

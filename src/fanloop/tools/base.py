@@ -31,7 +31,7 @@ import json
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_type_hints, overload
 
 import pydantic
@@ -39,7 +39,7 @@ import pydantic_core
 
 from .._log import logger
 from .._model_types import ToolSpec
-from .._record import by_fields
+from .._record import record
 from ..errors import ConfigurationError, ToolError
 from ..messages import DocumentPart, ImagePart, TextPart, check_result_parts
 
@@ -58,8 +58,7 @@ __all__ = [
 DepsT = TypeVar("DepsT")
 
 
-@by_fields
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@record(frozen=True)
 class ToolResult:
     """What a tool hands back to the model.
 
@@ -99,8 +98,7 @@ class ToolResult:
         check_result_parts(parts)
 
 
-@by_fields
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@record(frozen=True)
 class RunContext(Generic[DepsT]):
     """The context of the run a tool call belongs to.
 

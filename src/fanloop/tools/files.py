@@ -28,11 +28,10 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._record import by_fields
+from .._record import record
 from ..errors import ToolError
 from ._blocking import Stop, run_blocking
 from ._diff import _PREVIEW_BYTES, _current_text, _near_miss, _preview_stop
@@ -62,8 +61,7 @@ __all__ = [
 # -- write_file -----------------------------------------------------------------------------
 
 
-@by_fields
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@record(frozen=True)
 class _Written:
     path: Path
     display: str
@@ -219,8 +217,7 @@ def apply_edit(
     return text.replace(old, new), count
 
 
-@by_fields
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@record(frozen=True)
 class _Edit:
     path: Path
     display: str

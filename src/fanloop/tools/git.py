@@ -38,11 +38,10 @@ from __future__ import annotations
 import os
 import posixpath
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._record import by_fields
+from .._record import record
 from ..errors import ToolError
 from ._blocking import run_blocking
 from ._gitsafe import _FIXED_CONFIG, _base_environ, _check_layout, _driver_overrides, _environ
@@ -58,8 +57,7 @@ _MAX_FILES = 1000
 _MAX_MESSAGE_BYTES = 100_000
 
 
-@by_fields
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@record(frozen=True)
 class _Repo:
     """A located, checked repository: where it is and how to run git in it."""
 

@@ -27,7 +27,6 @@ import subprocess
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -35,7 +34,7 @@ import anyio.lowlevel
 from anyio.abc import ByteReceiveStream, Process
 
 from .._log import logger
-from .._record import by_fields
+from .._record import record
 from ..errors import ToolError
 from ._blocking import Stop, run_blocking
 from ._secrets import scrub_environ
@@ -48,8 +47,7 @@ _KILL_SETTLE = 2.0  # seconds to wait for killed processes to be gone
 _NONINTERACTIVE = {"PAGER": "cat", "GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0"}
 
 
-@by_fields
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@record(frozen=True)
 class CommandOutcome:
     """How a command ended.
 
