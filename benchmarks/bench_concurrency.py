@@ -7,7 +7,9 @@ every side, so every failure counts as an error (``--default-retry``: fanloop ke
 default ``RetryPolicy`` and the floor retries each turn under the same rules; a retried
 failure then costs time, not a run). Sides: ``fanloop``,
 ``sdk`` (a hand-written loop on ``AsyncOpenAI``, the baseline) and ``floor`` (the same loop as
-plain JSON over ``aiohttp``).
+plain JSON over ``aiohttp``). ``--profile PATH`` writes each side's ``cProfile`` (with the
+collector off, so that its passes do not land on whichever function allocated last) to
+``PATH.<side>``.
 """
 
 from __future__ import annotations
@@ -127,7 +129,25 @@ def child(argv: list[str]) -> None:
     parser.add_argument("--transport", default=None)
     parser.add_argument("--default-retry", action="store_true")
     parser.add_argument("--gc-threshold", type=int, default=None)
+    parser.add_argument("--profile", default=None)
     args = parser.parse_args(argv)
+    if args.profile is not None:  # where the CPU goes, the collector's passes left out
+        import cProfile
+        import gc
+
+        gc.disable()
+        profiler = cProfile.Profile()
+        profiler.enable()
+        try:
+            _run_side(args)
+        finally:
+            profiler.disable()
+            profiler.dump_stats(f"{args.profile}.{args.side}")
+        return
+    _run_side(args)
+
+
+def _run_side(args: argparse.Namespace) -> None:
     if args.gc_threshold is not None:  # the tuning docs/performance.md describes
         import gc
 
@@ -160,9 +180,12 @@ def measure(
     *,
     default_retry: bool = False,
     gc_threshold: int | None = None,
+    profile: str | None = None,
 ) -> dict[str, Any]:
     """Run one side in a fresh child process; returns wall, runs_per_s, errors, rss_mib."""
     argv = [sys.executable, __file__, "child", side, f"--url={url}", f"-n={n}"]
+    if profile is not None:
+        argv.append(f"--profile={profile}")
     if gc_threshold is not None:
         argv.append(f"--gc-threshold={gc_threshold}")
     if transport is not None:
@@ -189,6 +212,11 @@ if __name__ == "__main__":
         parser.add_argument("--transport", default=None)
         parser.add_argument("--default-retry", action="store_true")
         parser.add_argument("--gc-threshold", type=int, default=None)
+        parser.add_argument(
+            "--profile",
+            default=None,
+            help="write each side's cProfile (collector off) to PROFILE.<side>",
+        )
         args = parser.parse_args()
         with serve(tool_turns=TOOL_TURNS, latency=0.1) as url:
             for side in args.side.split(","):
@@ -199,5 +227,6 @@ if __name__ == "__main__":
                     args.transport,
                     default_retry=args.default_retry,
                     gc_threshold=args.gc_threshold,
+                    profile=args.profile,
                 )
                 print(side, figures, flush=True)
