@@ -183,6 +183,31 @@ async def test_a_user_message_of_ascii_text_is_known_valid_when_made() -> None:
     assert result.messages[0].text == "a\ufffdb"
 
 
+async def test_tool_results_of_ascii_text_are_known_valid_when_made() -> None:
+    plain = Message.tool_results([ToolResultPart(call_id="c1", content="ok")])
+    odd = Message.tool_results(
+        [
+            ToolResultPart(call_id="c1", content="ok"),
+            ToolResultPart(call_id="c2", content="a\ud800"),
+        ]
+    )
+    accented = Message.tool_results([ToolResultPart(call_id="c1", content="é")])
+    assert _unicode.known_valid(plain)
+    assert not _unicode.known_valid(odd) and not _unicode.known_valid(accented)
+
+    @tool
+    async def bad() -> str:
+        """Answer with a lone surrogate."""
+        return "x\ud800y"
+
+    # A tool's answer that is not ASCII is still searched (and fixed) when the run appends it.
+    result = await Agent(
+        ScriptedProvider([reply("", tool_calls=[call("bad")]), "done"]), tools=[bad]
+    ).run("go")
+    (part,) = result.messages[2].content
+    assert isinstance(part, ToolResultPart) and part.content == "x\ufffdy"
+
+
 def test_the_memo_slots_keep_no_class_alive() -> None:
     """Looking for a memo slot caches nothing per class: a model class made at run time
     (``create_model`` per request) is freed once unused."""
