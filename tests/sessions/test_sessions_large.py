@@ -9,9 +9,8 @@ Reading a receipt back from PostgreSQL held it for 0.1 s more before its result 
 out in pieces, as messages are.
 
 The bound is 100 ms beyond the machine's own noise floor, measured in the same test: the
-longest gap while a worker thread makes one copy of a value of the answer's size (which no
-reader of such a value can avoid) and then runs plain Python (which lets go of the interpreter
-lock every 5 ms). On a quiet machine that floor is a few milliseconds; on a loaded one the OS alone
+longest gap while a worker thread runs plain Python (which lets go of the interpreter lock
+every 5 ms). On a quiet machine that floor is a few milliseconds; on a loaded one the OS alone
 keeps the loop's thread waiting for tens of milliseconds (it preempts the thread that holds the
 lock), whatever the code does. The load changes within seconds (other test runs start and
 stop), so the floor is measured right after each step, for half as long as that step took (in
@@ -43,18 +42,10 @@ GAP = 0.1
 
 
 async def noise_floor(seconds: float) -> Heartbeat:
-    """The heartbeat while a worker thread makes one fresh copy of a value of the answer's
-    size, then keeps the interpreter busy with plain Python.
-
-    The copy is what any reader or writer of a 26 MiB value pays with the interpreter lock held
-    (the bytes a database driver hands back, the string a message holds): mostly the kernel's
-    work on fresh pages, 15-20 ms on an idle machine and 40-90 ms on a loaded one, where it
-    alone broke the bound once the rest was done in pieces."""
+    """The heartbeat while a worker thread keeps the interpreter busy with plain Python."""
 
     def busy() -> None:
         end = time.monotonic() + seconds
-        copy = b"\x01" * CHARS  # written into fresh pages: the kernel's share of a copy
-        del copy
         while time.monotonic() < end:
             pass
 
