@@ -20,7 +20,7 @@ import pytest
 from provider_helpers import make_anthropic, make_openai, make_responses, request, stream_all
 
 from fanloop import Agent, TerminationReason
-from fanloop._unicode import known_valid
+from fanloop._unicode import holds_surrogates, known_valid
 from fanloop.events import TextDelta, ThinkingDelta, ToolCallDelta
 from fanloop.messages import INVALID_ARGUMENTS_KEY, Message, Origin, TextPart
 from fanloop.providers import ModelResponse, StopReason
@@ -297,3 +297,17 @@ async def test_a_streamed_turn_is_vouched_for_only_when_no_event_could_hold_a_su
     _, odd = await answer(provider, streaming=True)
     assert odd.text == f"a{FFFD}b"
     assert not known_valid(odd) and not known_valid(odd.to_message())
+
+
+async def test_a_whole_answer_is_vouched_for_once_decoded(
+    server: FakeLLMServer, provider: HTTPProvider
+) -> None:
+    # A body is decoded as strict UTF-8 and its lone surrogate escapes become U+FFFD: the turn
+    # made of it is valid Unicode either way, and appending it walks nothing.
+    server.add(reply("plain answer é", tool_calls=[call("get_weather", city="Paris")]))
+    _, clean = await answer(provider, streaming=False)
+    assert known_valid(clean) and known_valid(clean.to_message())
+    server.add(reply(f"a{HIGH}b"))
+    _, odd = await answer(provider, streaming=False)
+    assert odd.text == f"a{FFFD}b"
+    assert known_valid(odd) and not holds_surrogates(odd)

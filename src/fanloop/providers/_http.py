@@ -53,6 +53,7 @@ import httpx2
 
 from .._log import logger
 from .._record import record
+from .._unicode import vouch_parsed
 from ..errors import (
     AuthenticationError,
     BadRequest,
@@ -811,7 +812,12 @@ class HTTPProvider:
         with mapped_errors(self.name, request_id, invalid="the response body is not JSON"):
             data = loads(raw[3:] if raw[:3] == b"\xef\xbb\xbf" else raw)
         with mapped_errors(self.name, request_id, invalid="malformed response"):
-            return self._decode(data, request_id)
+            decoded = self._decode(data, request_id)
+        # Every string of ``data`` is valid Unicode (strict UTF-8, and ``loads`` made any lone
+        # surrogate escape U+FFFD): so is the turn made of them, but for what came from
+        # configuration, which vouch_parsed checks. Appending it then walks nothing.
+        vouch_parsed(decoded, decoded.model, decoded.provider)
+        return decoded
 
     async def _read_body(self, response: Response, request_id: str | None) -> bytes:
         """The (decoded) body, at most ``max_response_bytes`` of it."""
