@@ -124,3 +124,41 @@ def test_parse_arguments() -> None:
     assert parse_arguments('{"a": [1]}') == {"a": [1]}
     assert parse_arguments('{"a": ') == {INVALID_ARGUMENTS_KEY: '{"a": '}
     assert parse_arguments("[1]") == {INVALID_ARGUMENTS_KEY: "[1]"}
+
+
+def test_message_cache_texts_are_get_for_each_skipping_the_empty() -> None:
+    """``MessageCache.texts`` gives what ``get`` gives for each object, in order, without the
+    ones that render to nothing; each is rendered once, whether its memo is in a slot (a
+    message) or in the identity table (anything else), and a second cache renders its own."""
+    from fanloop.messages import Message
+    from fanloop.providers._wire import MessageCache, add_joined
+
+    rendered: list[object] = []
+
+    def render(obj: object) -> str:
+        rendered.append(obj)
+        if isinstance(obj, Message):
+            return "" if obj.text == "skip" else f"<{obj.text}>"
+        return f"[{obj!r}]"
+
+    class Other:
+        def __repr__(self) -> str:
+            return "other"
+
+    first, skipped, last, other = (
+        Message.user("a"),
+        Message.user("skip"),
+        Message.user("b"),
+        Other(),
+    )
+    cache = MessageCache(render)
+    objs = [first, skipped, other, last]
+    assert cache.texts(objs) == ["<a>", "[other]", "<b>"]
+    assert cache.texts(objs) == [t for t in map(cache.get, objs) if t]
+    assert rendered == objs  # once each, however often asked
+    mine = MessageCache(render)
+    assert mine.texts([first]) == ["<a>"] and rendered[-1] is first  # its own text
+    pieces = ["["]
+    add_joined(pieces, cache.texts(objs))
+    add_joined(pieces, [])
+    assert "".join(pieces) == "[<a>,[other],<b>"

@@ -86,6 +86,7 @@ from ._wire import (
     MessageCache,
     ResponseTooLarge,
     ToolsCache,
+    add_joined,
     dumps,
     parse_arguments,
     read_call_id,
@@ -365,15 +366,7 @@ class OpenAIResponsesProvider(HTTPProvider):
             pieces.append(',"tools":')
             pieces.append(tools)
         pieces.append(',"input":[')
-        comma = False
-        get = self._messages.get
-        for message in messages:
-            items = get(message)
-            if items:
-                if comma:
-                    pieces.append(",")
-                pieces.append(items)  # joined once with the rest: no copy per message
-                comma = True
+        add_joined(pieces, self._messages.texts(messages))
         pieces.append("]}")
         return "".join(pieces).encode()
 

@@ -240,6 +240,33 @@ class MessageCache(Generic[K]):
         """The entries of the identity table (objects without a slot for their text)."""
         return len(self._entries)
 
+    def texts(self, objs: Iterable[K]) -> list[str]:
+        """The wire texts of ``objs`` that render to anything, in order: :meth:`get` for each,
+        with the memo slot looked up once per class rather than once per object (a request
+        carries the whole conversation, so this runs for every message on every turn)."""
+        out: list[str] = []
+        append = out.append
+        token = self._token
+        cls: Any = None
+        slot: Any = None
+        for obj in objs:
+            if type(obj) is not cls:
+                cls = type(obj)
+                slot = slot_of(cls, "__fanloop_wire__")
+            if slot is not None:
+                try:
+                    mark, text = slot.__get__(obj)
+                except AttributeError:  # never rendered
+                    text = self.get(obj)
+                else:
+                    if mark != token:
+                        text = self.get(obj)
+            else:
+                text = self.get(obj)
+            if text:
+                append(text)
+        return out
+
     def get(self, obj: K) -> str:
         """The wire text of ``obj``, rendered once per object."""
         slot = slot_of(type(obj), "__fanloop_wire__")
@@ -268,6 +295,15 @@ class MessageCache(Generic[K]):
         entry.entries = self._entries
         self._entries[key] = entry
         return text
+
+
+def add_joined(pieces: list[str], texts: list[str]) -> None:
+    """Add ``texts`` to ``pieces`` with a comma between each two: one ``"".join`` of ``pieces``
+    then copies each text once (joining the texts first would copy them twice)."""
+    if texts:
+        joined = [","] * (2 * len(texts) - 1)
+        joined[::2] = texts
+        pieces += joined
 
 
 _CACHES = itertools.count()

@@ -83,6 +83,7 @@ from ._wire import (
     MessageCache,
     ResponseTooLarge,
     ToolsCache,
+    add_joined,
     dumps,
     parse_arguments,
     read_call_id,
@@ -350,20 +351,15 @@ class AnthropicProvider(HTTPProvider):
             pieces.append(',"tools":')
             pieces.append(tools)
         pieces.append(',"messages":[')
-        get = self._messages.get
-        for message in request.messages:
-            pieces.append(get(message))
-            pieces.append(",")
-        if request.messages:
-            pieces.pop()
-            if self._caching and _markable(request.messages[-1]):
-                # The conversation's breakpoint: spliced into the last message's cached JSON,
-                # so every message is still rendered once.
-                last = pieces.pop()
-                if last.endswith("}]}"):
-                    pieces += (last[:-3], _MARK, "}]}")
-                else:
-                    pieces.append(last)
+        add_joined(pieces, self._messages.texts(request.messages))  # (none renders to "")
+        if request.messages and self._caching and _markable(request.messages[-1]):
+            # The conversation's breakpoint: spliced into the last message's cached JSON, so
+            # every message is still rendered once.
+            last = pieces.pop()
+            if last.endswith("}]}"):
+                pieces += (last[:-3], _MARK, "}]}")
+            else:
+                pieces.append(last)
         pieces.append("]}")
         return "".join(pieces).encode()
 

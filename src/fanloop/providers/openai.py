@@ -73,6 +73,7 @@ from ._wire import (
     MessageCache,
     ResponseTooLarge,
     ToolsCache,
+    add_joined,
     dumps,
     new_call_id,
     parse_arguments,
@@ -434,18 +435,10 @@ class OpenAIProvider(HTTPProvider):
             pieces.append(',"tools":')
             pieces.append(tools)
         pieces.append(',"messages":[')
-        comma = False
+        texts = self._messages.texts(request.messages)
         if request.system:
-            pieces.append(dumps({"role": "system", "content": request.system}))
-            comma = True
-        get = self._messages.get
-        for message in request.messages:
-            text = get(message)
-            if text:
-                if comma:
-                    pieces.append(",")
-                pieces.append(text)  # joined once with the rest: no copy per message
-                comma = True
+            texts.insert(0, dumps({"role": "system", "content": request.system}))
+        add_joined(pieces, texts)
         pieces.append("]}")
         return "".join(pieces).encode()
 
