@@ -245,31 +245,23 @@ class MessageCache(Generic[K]):
         with the memo slot looked up once per class rather than once per object (a request
         carries the whole conversation, so this runs for every message on every turn)."""
         out: list[str] = []
-        append = out.append
-        token = self._token
         cls: Any = None
         slot: Any = None
         for obj in objs:
             if type(obj) is not cls:
                 cls = type(obj)
                 slot = slot_of(cls, "__fanloop_wire__")
-            if slot is not None:
-                try:
-                    mark, text = slot.__get__(obj)
-                except AttributeError:  # never rendered
-                    text = self.get(obj)
-                else:
-                    if mark != token:
-                        text = self.get(obj)
-            else:
-                text = self.get(obj)
+            text = self._get(obj, slot)
             if text:
-                append(text)
+                out.append(text)
         return out
 
     def get(self, obj: K) -> str:
         """The wire text of ``obj``, rendered once per object."""
-        slot = slot_of(type(obj), "__fanloop_wire__")
+        return self._get(obj, slot_of(type(obj), "__fanloop_wire__"))
+
+    def _get(self, obj: K, slot: Any) -> str:
+        """:meth:`get`, given the memo slot of ``obj``'s class (``None``: it has none)."""
         if slot is not None:
             try:
                 token, text = slot.__get__(obj)
