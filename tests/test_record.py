@@ -17,21 +17,22 @@ from fanloop.testing import call
 
 
 def _twin(cls: type) -> type:
-    """A standard dataclass with ``cls``'s fields and flags, its methods compiled as usual."""
+    """A standard dataclass with ``cls``'s fields (types, defaults, flags) and frozenness, its
+    methods compiled by the machinery as usual."""
     params = cls.__dataclass_params__  # type: ignore[attr-defined]
-    specs = [
-        (
-            f.name,
-            Any,
-            field(
-                default=None,
-                repr=f.repr,
-                compare=f.compare,
-                hash=f.hash,
-            ),
-        )
-        for f in dataclasses.fields(cls)
-    ]
+    specs = []
+    for f in dataclasses.fields(cls):
+        kwargs: dict[str, Any] = {
+            "kw_only": f.kw_only,
+            "repr": f.repr,
+            "compare": f.compare,
+            "hash": f.hash,
+        }
+        if f.default is not dataclasses.MISSING:
+            kwargs["default"] = f.default
+        if f.default_factory is not dataclasses.MISSING:
+            kwargs["default_factory"] = f.default_factory
+        specs.append((f.name, f.type, field(**kwargs)))
     return dataclasses.make_dataclass(cls.__qualname__, specs, frozen=params.frozen)
 
 
@@ -156,21 +157,6 @@ def _records() -> list[type]:
     return sorted(found, key=lambda c: f"{c.__module__}.{c.__qualname__}")
 
 
-def _machine_twin(cls: type) -> type:
-    """The dataclass the machinery builds with ``cls``'s fields: its ``__init__`` compiled as
-    usual, to compare signatures with."""
-    params = cls.__dataclass_params__  # type: ignore[attr-defined]
-    specs = []
-    for f in dataclasses.fields(cls):
-        kwargs: dict[str, Any] = {"kw_only": f.kw_only}
-        if f.default is not dataclasses.MISSING:
-            kwargs["default"] = f.default
-        if f.default_factory is not dataclasses.MISSING:
-            kwargs["default_factory"] = f.default_factory
-        specs.append((f.name, f.type, field(**kwargs)))
-    return dataclasses.make_dataclass(cls.__qualname__, specs, frozen=params.frozen)
-
-
 RECORDS = _records()
 
 
@@ -185,7 +171,7 @@ def test_a_records_init_takes_what_the_dataclass_one_takes(cls: type) -> None:
     import inspect
 
     mine = inspect.signature(cls)  # looks the __init__ up on the class: compiles it
-    theirs = inspect.signature(_machine_twin(cls))
+    theirs = inspect.signature(_twin(cls))
     assert [(p.name, p.kind, repr(p.default)) for p in mine.parameters.values()] == [
         (p.name, p.kind, repr(p.default)) for p in theirs.parameters.values()
     ]
