@@ -7,7 +7,9 @@ every side, so every failure counts as an error (``--default-retry``: fanloop ke
 default ``RetryPolicy`` and the floor retries each turn under the same rules; a retried
 failure then costs time, not a run). Sides: ``fanloop``,
 ``sdk`` (a hand-written loop on ``AsyncOpenAI``, the baseline) and ``floor`` (the same loop as
-plain JSON over ``aiohttp``). ``--profile PATH`` writes each side's ``cProfile`` (with the
+plain JSON over ``aiohttp``). Each side reports its wall time, its CPU seconds (``cpu_s``,
+imports included) and the collector's part of them by generation (``gc_s``, with the
+``gc_passes`` behind them). ``--profile PATH`` writes each side's ``cProfile`` (with the
 collector off, so that its passes do not land on whichever function allocated last) to
 ``PATH.<side>``.
 """
@@ -147,10 +149,29 @@ def child(argv: list[str]) -> None:
     _run_side(args)
 
 
-def _run_side(args: argparse.Namespace) -> None:
-    if args.gc_threshold is not None:  # the tuning docs/performance.md describes
-        import gc
+class _Collections:
+    """Seconds spent in the collector's passes, by generation (``gc.callbacks``)."""
 
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+        self.passes = [0, 0, 0]
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            generation = info["generation"]
+            self.seconds[generation] += time.perf_counter() - self._started
+            self.passes[generation] += 1
+
+
+def _run_side(args: argparse.Namespace) -> None:
+    import gc
+
+    collections_ = _Collections()
+    gc.callbacks.append(collections_)
+    if args.gc_threshold is not None:  # the tuning docs/performance.md describes
         gc.freeze()
         gc.set_threshold(args.gc_threshold, 10, 10)
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -164,10 +185,21 @@ def _run_side(args: argparse.Namespace) -> None:
     else:
         errors, wall = asyncio.run(sdk_side(args.url, args.n))
     rss_mib = peak_rss_mib()
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_s = usage.ru_utime + usage.ru_stime
     kinds = dict(KINDS.most_common(3))
     print(
         json.dumps(
-            {"wall": wall, "errors": errors, "rss_mib": rss_mib, "n": args.n, "kinds": kinds}
+            {
+                "wall": wall,
+                "cpu_s": cpu_s,
+                "gc_s": [round(seconds, 3) for seconds in collections_.seconds],
+                "gc_passes": collections_.passes,
+                "errors": errors,
+                "rss_mib": rss_mib,
+                "n": args.n,
+                "kinds": kinds,
+            }
         )
     )
 
