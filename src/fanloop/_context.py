@@ -40,10 +40,14 @@ SUMMARY_PROMPT = (
 SUMMARY_HEADER = "[Summary of the earlier conversation, written to save context]\n"
 
 
+_TEXTS = (TextPart, ThinkingPart)  # (a tuple: ``A | B`` in the call makes a union each time)
+_MEDIA = (ImagePart, DocumentPart)
+
+
 def _chars(message: Message) -> int:
     n = 0
     for part in message.content:
-        if isinstance(part, TextPart | ThinkingPart):
+        if isinstance(part, _TEXTS):
             n += len(part.text)
         elif isinstance(part, ToolResultPart):
             n += len(part.content)
@@ -51,7 +55,7 @@ def _chars(message: Message) -> int:
                 n += media_tokens(media) * 4
         elif isinstance(part, ToolCallPart):
             n += len(part.name) + len(str(part.arguments))
-        elif isinstance(part, ImagePart | DocumentPart):
+        elif isinstance(part, _MEDIA):
             n += media_tokens(part) * 4  # counted as characters, four to a token
     return n
 

@@ -122,11 +122,18 @@ def scrub(text: str) -> str:
     return "".join(pieces) if changed else text
 
 
+# Type tuples for the walks' ``isinstance`` checks: ``list | tuple`` written in a call makes
+# a new union object each time it runs, once per item walked.
+_SEQUENCES = (list, tuple)
+_SCALARS = (bool, int, float)
+_SCALARS_AND_BYTES = (bool, int, float, bytes)
+
+
 def _containers(value: Any) -> Any:
     """The children of a JSON-like container (or pydantic model), else ``None``."""
     if isinstance(value, dict):
         return [*value.keys(), *value.values()]
-    if isinstance(value, list | tuple):
+    if isinstance(value, _SEQUENCES):
         return value
     fields = getattr(value, "__pydantic_fields__", None)
     if fields is not None and not known_valid(value):  # a vouched model: nothing to look at
@@ -148,7 +155,7 @@ def holds_surrogates(value: Any) -> bool:
         if type(item) is str:
             if not is_surrogate_free(item):
                 return True
-        elif item is None or isinstance(item, bool | int | float | bytes):
+        elif item is None or isinstance(item, _SCALARS_AND_BYTES):
             continue
         else:
             children = _containers(item)
@@ -177,7 +184,7 @@ def _rebuilt(value: Any) -> Any:
             new: dict[Any, Any] = {}
             work.append((item, new))
             return new
-        if isinstance(item, list | tuple):
+        if isinstance(item, _SEQUENCES):
             out: list[Any] = []
             work.append((item, out))
             return out
@@ -335,7 +342,7 @@ def weight(value: Any, limit: int, *, to_check: bool = False) -> int:
         elif isinstance(item, dict):
             stack += item.keys()
             stack += item.values()
-        elif isinstance(item, list | tuple):
+        elif isinstance(item, _SEQUENCES):
             stack += item
         else:
             fields = getattr(item, "__pydantic_fields__", None)
@@ -387,11 +394,11 @@ def _light_and_clean(models: Sequence[Any], limit: int) -> bool:
         elif isinstance(item, dict):
             stack += item.keys()
             stack += item.values()
-        elif isinstance(item, list | tuple):
+        elif isinstance(item, _SEQUENCES):
             stack += item
         elif isinstance(item, bytes):
             total += len(item) * 4 // 3
-        elif not isinstance(item, bool | int | float):
+        elif not isinstance(item, _SCALARS):
             fields = getattr(item, "__pydantic_fields__", None)
             if fields is not None and not known_valid(item):
                 stack += (getattr(item, name) for name in fields)

@@ -438,7 +438,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
                 raise
         # A request refused before its first byte went out (bytes arrived on the connection
         # while it waited to be sent: see GuardedConnector) is sent again on another one.
-        attempts = _ATTEMPTS if isinstance(data, bytes | None) else 1
+        attempts = _ATTEMPTS if data is None or isinstance(data, bytes) else 1
         while True:
             attempts -= 1
             try:

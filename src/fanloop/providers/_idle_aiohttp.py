@@ -69,6 +69,24 @@ class _Transport:
         self._protocol.writing()
         self._transport.writelines(chunks)
 
+    # What aiohttp calls for every request, spelled out: reaching these through
+    # ``__getattr__`` first failed the normal lookup (an AttributeError made and dropped)
+    # twenty times a run.
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._transport.get_extra_info(name, default)
+
+    def pause_reading(self) -> None:
+        self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._transport.resume_reading()
+
+    def close(self) -> None:
+        self._transport.close()
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
 
