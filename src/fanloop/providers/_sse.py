@@ -74,13 +74,14 @@ class SSEDecoder:
                 chunk = chunk[1:]
                 if not chunk:
                     return []
-        if b"\r" in chunk:
+        if 13 in chunk:  # "\r" (an int: ``bytes in bytes`` first fails as an index, a raised
+            # and cleared TypeError each time; ``find`` does not)
             self._cr = chunk[-1] == 13
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         parts = self._parts
         if parts:
             # Only the new bytes are searched; a separator may straddle the boundary.
-            if b"\n\n" not in chunk and not (chunk[0] == 10 and parts[-1][-1] == 10):
+            if chunk.find(b"\n\n") < 0 and not (chunk[0] == 10 and parts[-1][-1] == 10):
                 self._grow(len(chunk))
                 parts.append(chunk)
                 return []
@@ -88,7 +89,7 @@ class SSEDecoder:
             buffer = b"".join(parts)
             parts.clear()
             self._size = 0
-        elif b"\n\n" not in chunk:
+        elif chunk.find(b"\n\n") < 0:
             self._grow(len(chunk))
             parts.append(chunk)
             return []
@@ -106,13 +107,13 @@ class SSEDecoder:
             if len(frame) > limit:
                 self._too_large()
             if frame[:6] == b"data: ":  # the common frames: "data: ..." (OpenAI) ...
-                if b"\n" not in frame:
+                if 10 not in frame:  # "\n"
                     if len(frame) > 6:
                         out.append((b"", frame[6:]))
                     continue
             elif frame[:7] == b"event: ":  # ... and "event: ...\ndata: ..." (Anthropic)
                 head, _, rest = frame.partition(b"\n")
-                if rest[:6] == b"data: " and b"\n" not in rest:
+                if rest[:6] == b"data: " and 10 not in rest:
                     if len(rest) > 6:
                         out.append((head[7:].strip(), rest[6:]))
                     continue
