@@ -9,9 +9,11 @@ failure then costs time, not a run). Sides: ``fanloop``,
 ``sdk`` (a hand-written loop on ``AsyncOpenAI``, the baseline) and ``floor`` (the same loop as
 plain JSON over ``aiohttp``). Each side reports its wall time, its CPU seconds (``cpu_s``,
 imports included) and the collector's part of them by generation (``gc_s``, with the
-``gc_passes`` behind them). ``--profile PATH`` writes each side's ``cProfile`` (with the
-collector off, so that its passes do not land on whichever function allocated last) to
-``PATH.<side>``.
+``gc_passes`` behind them). ``--instructions`` counts instead what one run costs each side in
+instructions, under valgrind's callgrind (``-n 300`` is plenty: a count is repeatable to a
+few hundredths of a percent on a busy machine, where wall clock moves by a tenth).
+``--profile PATH`` writes each side's ``cProfile`` (with the collector off, so that its passes
+do not land on whichever function allocated last) to ``PATH.<side>``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import argparse
 import asyncio
 import collections
 import json
+import re
 import resource
 import subprocess
 import sys
@@ -213,9 +216,13 @@ def measure(
     default_retry: bool = False,
     gc_threshold: int | None = None,
     profile: str | None = None,
+    instructions: bool = False,
 ) -> dict[str, Any]:
-    """Run one side in a fresh child process; returns wall, runs_per_s, errors, rss_mib."""
+    """Run one side in a fresh child process; returns wall, runs_per_s, errors, rss_mib
+    (and, with ``instructions``, the child's instruction count under callgrind)."""
     argv = [sys.executable, __file__, "child", side, f"--url={url}", f"-n={n}"]
+    if instructions:
+        argv = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv]
     if profile is not None:
         argv.append(f"--profile={profile}")
     if gc_threshold is not None:
@@ -229,7 +236,22 @@ def measure(
         raise RuntimeError(f"{side} child failed:\n{out.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     result["runs_per_s"] = n / result["wall"]
+    if instructions:
+        result["instructions"] = int(re.findall(r"Collected : (\d+)", out.stderr)[-1])
     return result
+
+
+def instructions_per_run(side: str, url: str, n: int, **options: Any) -> float:
+    """Instructions one run costs on ``side``: the child's count under callgrind for ``n``
+    runs less its count for one (imports and set-up), over ``n - 1``. Repeatable to a few
+    hundredths of a percent whatever else the machine does, so a change of 1% shows (the
+    run's wall clock here moves by 10%); it counts work, not memory stalls."""
+    many = measure(side, url, n, instructions=True, **options)
+    one = measure(side, url, 1, instructions=True, **options)
+    errors = many["errors"] + one["errors"]
+    if errors:
+        raise RuntimeError(f"{side}: {errors} runs failed under callgrind")
+    return (many["instructions"] - one["instructions"]) / (n - 1)
 
 
 if __name__ == "__main__":
@@ -249,8 +271,28 @@ if __name__ == "__main__":
             default=None,
             help="write each side's cProfile (collector off) to PROFILE.<side>",
         )
+        parser.add_argument(
+            "--instructions",
+            action="store_true",
+            help="count each side's instructions per run under valgrind's callgrind instead",
+        )
         args = parser.parse_args()
         with serve(tool_turns=TOOL_TURNS, latency=0.1) as url:
+            if args.instructions:
+                counts = {
+                    side: instructions_per_run(
+                        side,
+                        url,
+                        args.n,
+                        transport=args.transport,
+                        default_retry=args.default_retry,
+                    )
+                    for side in args.side.split(",")
+                }
+                first = next(iter(counts.values()))
+                for side, count in counts.items():
+                    print(f"{side}: {count / 1e6:.3f} M instructions a run ({count / first:.3f}x)")
+                sys.exit(0)
             for side in args.side.split(","):
                 figures = measure(
                     side,
