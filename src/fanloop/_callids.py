@@ -47,7 +47,10 @@ async def distinct_call_ids(run: RunState, response: ModelResponse) -> ModelResp
     provider translates its parts on the next request instead of replaying them.
     """
     content = list(response.content)
-    if not any(isinstance(part, ToolCallPart) for part in content):
+    for part in content:
+        if isinstance(part, ToolCallPart):
+            break
+    else:  # no tool call (a loop: most turns take this way, without a generator)
         return response
     seen = run.call_ids if run.call_ids is not None else await known_call_ids(run)
     changed = False

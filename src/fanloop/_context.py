@@ -62,8 +62,10 @@ def _chars(message: Message) -> int:
 
 def estimate_tokens(run: RunState) -> int:
     """Tokens the next request will carry: the last reported count plus an estimate since."""
-    since = run.messages[run.context_base :]
-    return run.context_tokens + sum(_chars(m) for m in since) // 4
+    chars = 0
+    for message in run.messages[run.context_base :]:  # (a loop: no generator per round)
+        chars += _chars(message)
+    return run.context_tokens + chars // 4
 
 
 async def check_context(run: RunState) -> None:

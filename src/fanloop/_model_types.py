@@ -203,7 +203,7 @@ class ModelResponse(BaseModel):
     @property
     def tool_calls(self) -> tuple[ToolCallPart, ...]:
         """The tool calls the model asked for, in order."""
-        return tuple(p for p in self.content if isinstance(p, ToolCallPart))
+        return tuple([p for p in self.content if isinstance(p, ToolCallPart)])  # (no generator)
 
     def to_message(self) -> Message:
         """This turn as an assistant message of the conversation."""

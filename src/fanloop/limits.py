@@ -341,7 +341,10 @@ def clean_usage(usage: Usage) -> Usage:
         usage.cache_write_tokens,
         getattr(usage, "reasoning_tokens", 0),
     )
-    if all(type(v) is int and 0 <= v <= MAX_REPORTED_TOKENS for v in values):
+    for v in values:  # (a loop: a generator per call costs more than the counts' check)
+        if type(v) is not int or not 0 <= v <= MAX_REPORTED_TOKENS:
+            break
+    else:
         return usage
     fixed = [_clean_count(v) for v in values]
     return Usage.model_construct(
