@@ -209,7 +209,7 @@ class Emitter:
         self._sink: StreamSink | None = None
         self.parent = parent
         self._everything = send is not None or parent is not None or "*" in table
-        self.wants_deltas = self._everything or any(k in table for k in DELTA_KINDS)
+        self.wants_deltas = self._everything or not table.keys().isdisjoint(DELTA_KINDS)
 
     @property
     def send(self) -> Callable[[Event], Awaitable[None] | None] | None:

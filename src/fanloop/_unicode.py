@@ -417,7 +417,10 @@ async def valid_models(models: Sequence[T]) -> tuple[T, ...]:
     Each model is walked once (and then remembered: see :func:`vouch`), when it is light and
     clean (the common case); else once more to weigh it and once to scrub it.
     """
-    if all(known_valid(m) for m in models):
+    for model in models:  # (a loop: no generator per append)
+        if not known_valid(model):
+            break
+    else:
         return tuple(models)
     if _light_and_clean(models, INLINE):
         for model in models:

@@ -426,8 +426,10 @@ class Budget:
 
     def __post_init__(self) -> None:
         lim = self.limits
-        self._counts_input = any(
-            v is not None for v in (lim.max_input_tokens, lim.max_total_tokens, lim.max_cost_usd)
+        self._counts_input = (
+            lim.max_input_tokens is not None
+            or lim.max_total_tokens is not None
+            or lim.max_cost_usd is not None
         )
         self._metering = self._counts_input or lim.max_output_tokens is not None
         self._watching = self._metering or lim.timeout is not None or lim.max_tool_calls is not None

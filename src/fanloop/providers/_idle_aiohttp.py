@@ -293,7 +293,10 @@ class GuardedConnector(aiohttp.TCPConnector):
         """Whether a kept-alive connection to ``host:port`` waits in the pool (a request
         there may take it instead of connecting)."""
         # (aiohttp drops a key's entry when its last connection is taken; a pool holds few)
-        return any(key.host == host and key.port == port for key in self._conns)
+        for key in self._conns:  # noqa: SIM110 (a loop: no generator per request)
+            if key.host == host and key.port == port:
+                return True
+        return False
 
     def _release(self, key: Any, protocol: Any, *args: Any, **kwargs: Any) -> None:
         if isinstance(protocol, _Protocol):

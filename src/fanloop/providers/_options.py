@@ -62,7 +62,7 @@ RESPONSES_SETTINGS = ALL_SETTINGS - {"seed", "stop"}
 
 def _check(settings: ModelSettings, supported: frozenset[str], provider: str) -> None:
     missing = sorted(
-        k for k in settings._set_values() if k not in LOOP_SETTINGS and k not in supported
+        [k for k in settings._set_values() if k not in LOOP_SETTINGS and k not in supported]
     )
     if missing:
         raise ConfigurationError(
