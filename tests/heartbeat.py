@@ -37,10 +37,13 @@ time it takes (for "linear, not quadratic" bounds).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import faulthandler
 import gc
 import os
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -236,19 +239,21 @@ class Heartbeat:
         self.waited = 0.0
         self.waiters = ""  # the threads that waited in that gap, by name
         self.beats = 0
+        self.stacks = ""  # with ``dump_after``: every thread's stack in each long gap
         # The waits are read before the clock: a wait that falls between the two readings is
         # left in the gap, never taken out of one it does not belong to.
         self._waits, self._last = cpu_waits(), time.monotonic()
 
     def __repr__(self) -> str:
+        stacks = f"\nstacks in the long gaps:\n{self.stacks[-6000:]}" if self.stacks else ""
         return (
             f"<Heartbeat beats={self.beats} max_stall={self.max_stall:.3f}s "
             f"(a gap less {self.waited:.3f}s waiting for a CPU{self.waiters}) "
-            f"max_gap={self.max_gap:.3f}s>"
+            f"max_gap={self.max_gap:.3f}s>{stacks}"
         )
 
-    def beat(self) -> None:
-        """Measure the gap since the last beat."""
+    def beat(self) -> bool:
+        """Measure the gap since the last beat; whether it is the longest stall so far."""
         waits, now = cpu_waits(), time.monotonic()
         before = self._waits
         gap, waited = now - self._last, waited_between(before, waits)
@@ -260,29 +265,72 @@ class Heartbeat:
             self.max_stall, self.waited = stall, waited
             # Which threads waited (for the failure message).
             self.waiters = _waiters(before, waits) if waited > 0.001 else ""
+            return True
+        return False
 
 
 @asynccontextmanager
-async def heartbeat(interval: float = 0.01) -> AsyncIterator[Heartbeat]:
+async def heartbeat(
+    interval: float = 0.01, dump_after: float | None = None
+) -> AsyncIterator[Heartbeat]:
     """Tick every ``interval`` seconds while the body runs; see the module docstring.
 
     The first gap starts when the body does, and the last ends when it ends: a block before
     the body's first await, or after its last, is measured too.
+
+    ``dump_after``: when no beat came for that many seconds, :mod:`faulthandler` writes every
+    thread's stack from a thread of its own, which needs no interpreter lock: the stack of the
+    thread that holds the lock shows the very call it is in. The stacks written in the gap of
+    ``max_stall`` are kept in ``stacks`` (and shown by the heartbeat's ``repr``, so in a failed
+    assertion's message).
     """
+    with contextlib.ExitStack() as stack:
+        dumps = None if dump_after is None else stack.enter_context(tempfile.TemporaryFile("w+"))
+        async with _beating(interval, dump_after, dumps) as beat:
+            yield beat
+
+
+@asynccontextmanager
+async def _beating(
+    interval: float, dump_after: float | None, dumps: Any
+) -> AsyncIterator[Heartbeat]:
     gc.collect()
     gc.freeze()  # full collections of the test process's own garbage are not the code's doing
     beat = Heartbeat(interval)
 
+    written = 0  # how much of ``dumps`` was read
+
+    def measure() -> None:
+        nonlocal written
+        longest = beat.beat()
+        if dumps is None:
+            return
+        faulthandler.cancel_dump_traceback_later()
+        size = os.fstat(dumps.fileno()).st_size
+        if size > written:  # stacks written in the gap just measured
+            dumps.seek(written)
+            stacks, written = dumps.read(), size
+            if longest:
+                beat.stacks = stacks
+        elif longest:
+            beat.stacks = ""
+
+    def arm() -> None:
+        if dumps is not None:
+            faulthandler.dump_traceback_later(dump_after, file=dumps)
+
     async def tick() -> None:
         while True:
             await anyio.sleep(interval)
-            beat.beat()
+            measure()
+            arm()
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(tick)
+        arm()
         try:
             yield beat
         finally:
-            beat.beat()
+            measure()
             tg.cancel_scope.cancel()
             gc.unfreeze()

@@ -16,6 +16,8 @@ lock), whatever the code does. The load changes within seconds (other test runs 
 stop), so the floor is measured right after each step, for half as long as that step took (in
 all, about as long as the slowest step, as one window at the end was before), and each step is
 held to the worst floor seen around it: the one just before it and the one just after.
+A step's heartbeat also has every thread's stack written in any gap over the bound
+(``dump_after``): a failure names the call that held the loop.
 """
 
 from __future__ import annotations
@@ -87,26 +89,26 @@ async def test_a_huge_answer_is_stored_and_read_back_while_the_loop_keeps_tickin
         await session.effect("none")
 
         started = time.monotonic()
-        async with heartbeat() as appending:
+        async with heartbeat(dump_after=GAP) as appending:
             result = await agent.run("go", session=session)
         floors.append(await noise_floor((time.monotonic() - started) / 2))
         assert result.text == text
 
         started = time.monotonic()
-        async with heartbeat() as loading:
+        async with heartbeat(dump_after=GAP) as loading:
             again = await (await reopen()).load("huge")
         floors.append(await noise_floor((time.monotonic() - started) / 2))
         assert again.messages == session.messages
 
         call = ToolCallPart(id="k1", name="dump", arguments={"path": "out.txt"})
         started = time.monotonic()
-        async with heartbeat() as committing:
+        async with heartbeat(dump_after=GAP) as committing:
             await session.begin_effect(turn=1, call=call)
             done = await session.commit_effect("k1", ToolResultPart(call_id="k1", content=text))
         floors.append(await noise_floor((time.monotonic() - started) / 2))
         fresh = await reopen()
         started = time.monotonic()
-        async with heartbeat() as reading:
+        async with heartbeat(dump_after=GAP) as reading:
             stored = await fresh.get_receipt("huge", "k1")
         floors.append(await noise_floor((time.monotonic() - started) / 2))
         assert stored == done
