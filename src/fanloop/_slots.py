@@ -17,15 +17,31 @@ _OWNERS: list[tuple[type, dict[str, Any]]] = []
 where each class is defined; their subclasses inherit the slots)."""
 
 
+_EXACT: dict[type, dict[str, Any]] = {}
+"""The same slots by owner class, for the common case of an object of that very class."""
+
+
 def register(cls: type) -> None:
     """Record ``cls``'s memo slots (the names in its own ``__slots__``)."""
-    _OWNERS.append((cls, {name: cls.__dict__[name] for name in cls.__dict__["__slots__"]}))
+    slots = {name: cls.__dict__[name] for name in cls.__dict__["__slots__"]}
+    _OWNERS.append((cls, slots))
+    # An owner's objects have its memo slots and those of any owner it derives from.
+    _EXACT[cls] = {
+        name: slot
+        for owner, own in _OWNERS
+        if owner in cls.__mro__
+        for name, slot in own.items()
+        if owner is cls or name not in slots
+    }
 
 
 def slot_of(cls: type, name: str) -> Any:
     """The slot descriptor called ``name`` that instances of ``cls`` have (its ``__get__``
     raises ``AttributeError`` while the slot is empty), or ``None``. Nothing is cached per
     class: a class made at run time (``pydantic.create_model``) is not kept alive by it."""
+    slots = _EXACT.get(cls)
+    if slots is not None:  # an owner itself: one lookup
+        return slots.get(name)
     mro = cls.__mro__  # (not issubclass: pydantic's metaclass is an ABCMeta, 20 times slower)
     for owner, slots in _OWNERS:
         if owner in mro:
