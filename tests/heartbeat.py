@@ -286,51 +286,42 @@ async def heartbeat(
     """
     with contextlib.ExitStack() as stack:
         dumps = None if dump_after is None else stack.enter_context(tempfile.TemporaryFile("w+"))
-        async with _beating(interval, dump_after, dumps) as beat:
-            yield beat
+        written = 0  # how much of ``dumps`` was read
+        gc.collect()
+        gc.freeze()  # full collections of the test process's own garbage are not the code's doing
+        beat = Heartbeat(interval)
 
+        def measure() -> None:
+            nonlocal written
+            longest = beat.beat()
+            if dumps is None:
+                return
+            faulthandler.cancel_dump_traceback_later()
+            size = os.fstat(dumps.fileno()).st_size
+            if size > written:  # stacks written in the gap just measured
+                dumps.seek(written)
+                stacks, written = dumps.read(), size
+                if longest:
+                    beat.stacks = stacks
+            elif longest:
+                beat.stacks = ""
 
-@asynccontextmanager
-async def _beating(
-    interval: float, dump_after: float | None, dumps: Any
-) -> AsyncIterator[Heartbeat]:
-    gc.collect()
-    gc.freeze()  # full collections of the test process's own garbage are not the code's doing
-    beat = Heartbeat(interval)
+        def arm() -> None:
+            if dumps is not None:
+                faulthandler.dump_traceback_later(dump_after, file=dumps)
 
-    written = 0  # how much of ``dumps`` was read
+        async def tick() -> None:
+            while True:
+                await anyio.sleep(interval)
+                measure()
+                arm()
 
-    def measure() -> None:
-        nonlocal written
-        longest = beat.beat()
-        if dumps is None:
-            return
-        faulthandler.cancel_dump_traceback_later()
-        size = os.fstat(dumps.fileno()).st_size
-        if size > written:  # stacks written in the gap just measured
-            dumps.seek(written)
-            stacks, written = dumps.read(), size
-            if longest:
-                beat.stacks = stacks
-        elif longest:
-            beat.stacks = ""
-
-    def arm() -> None:
-        if dumps is not None:
-            faulthandler.dump_traceback_later(dump_after, file=dumps)
-
-    async def tick() -> None:
-        while True:
-            await anyio.sleep(interval)
-            measure()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(tick)
             arm()
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(tick)
-        arm()
-        try:
-            yield beat
-        finally:
-            measure()
-            tg.cancel_scope.cancel()
-            gc.unfreeze()
+            try:
+                yield beat
+            finally:
+                measure()
+                tg.cancel_scope.cancel()
+                gc.unfreeze()
