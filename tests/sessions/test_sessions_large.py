@@ -122,4 +122,7 @@ async def test_a_huge_answer_is_stored_and_read_back_while_the_loop_keeps_tickin
     }
     for i, (name, beat) in enumerate(beats.items()):
         floor = max(floors[max(i - 1, 0) : i + 1], key=lambda f: f.max_stall)
-        assert beat.max_stall < GAP + floor.max_stall, (name, beat, floor, floors)
+        # (a string: pytest shortens the repr of anything else, and the stacks are at its end)
+        assert beat.max_stall < GAP + floor.max_stall, (
+            f"{name}: {beat!r}\nfloor {floor!r}\n{floors}"
+        )
