@@ -127,3 +127,38 @@ async def test_full_synchronous(db_path: Path) -> None:
         await (await store.open("s")).append(Message.user("x"))
         assert store._conn is not None
         assert store._conn.execute("PRAGMA synchronous").fetchone() == (2,)
+
+
+async def test_long_messages_are_read_back_whole_in_pieces(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A message longer than one piece is read a piece at a time (no one copy into Python
+    # holds the interpreter lock for all of it); with the piece shrunk, every edge is met:
+    # a message that is exactly one piece, one byte over, ending on a piece's last byte or
+    # short of it, beside messages that fit.
+    from fanloop.sessions import _sqlite
+
+    monkeypatch.setattr(_sqlite, "_PIECE", 128)
+    sizes = [128, 129, 256, 257, 258, 384, 900]
+    async with SQLiteStore(db_path) as store:
+        session = await store.open("s")
+        await session.append(Message.user("x"))
+        overhead = _stored_sizes(db_path)[0] - 1
+        texts = ["x", "é" * 40, *("y" * (size - overhead) for size in sizes)]
+        for text in texts[1:]:
+            await session.append(Message.user(text))
+        await session.append(Message.assistant("é" * 700))
+        assert _stored_sizes(db_path)[2:-1] == sizes
+        async with SQLiteStore(db_path) as other:
+            again = await other.load("s")
+    assert again.messages == session.messages
+    assert [m.text for m in again.messages[:-1]] == texts
+
+
+def _stored_sizes(path: Path) -> list[int]:
+    db = connect(path)
+    try:
+        sql = "SELECT length(CAST(json AS BLOB)) FROM messages ORDER BY idx"
+        return [size for (size,) in db.execute(sql)]
+    finally:
+        db.close()
