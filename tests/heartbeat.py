@@ -221,6 +221,9 @@ class Stopwatch:
         return elapsed - min(waited_between(self._waits, self._seen), elapsed)
 
 
+_STACKS_SHOWN = 40_000  # characters of the stacks a heartbeat's repr shows
+
+
 class Heartbeat:
     """What a :func:`heartbeat` saw.
 
@@ -245,7 +248,13 @@ class Heartbeat:
         self._waits, self._last = cpu_waits(), time.monotonic()
 
     def __repr__(self) -> str:
-        stacks = f"\nstacks in the long gaps:\n{self.stacks[-6000:]}" if self.stacks else ""
+        stacks = ""
+        if self.stacks:
+            # faulthandler writes the newest thread first (the worker a stall is usually about)
+            # and the main thread last: a long dump keeps its head.
+            cut = len(self.stacks) - _STACKS_SHOWN
+            more = f"\n... ({cut} more characters)" if cut > 0 else ""
+            stacks = f"\nstacks in the long gaps:\n{self.stacks[:_STACKS_SHOWN]}{more}"
         return (
             f"<Heartbeat beats={self.beats} max_stall={self.max_stall:.3f}s "
             f"(a gap less {self.waited:.3f}s waiting for a CPU{self.waiters}) "

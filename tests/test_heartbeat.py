@@ -82,6 +82,19 @@ async def test_the_stacks_of_the_longest_stall_name_the_call_that_held_the_loop(
     assert quiet.stacks == ""  # no gap that long: nothing written
 
 
+def test_a_long_dump_shows_its_head_where_the_newest_thread_is() -> None:
+    # Under pytest-xdist a dump holds execnet's threads too, written after the worker (the
+    # newest thread comes first): the repr keeps the head, however long the tail.
+    beat = Heartbeat(0.01)
+    worker = 'Thread 0x1 (most recent call first):\n  File "x.py", line 1 in hold_the_lock\n'
+    idle = 'Thread 0x2 (most recent call first):\n  File "gateway_base.py", line 1 in serve\n'
+    beat.stacks = worker + idle * 2_000
+    shown = repr(beat)
+    assert "hold_the_lock" in shown
+    assert "more characters)" in shown
+    assert len(shown) < 50_000
+
+
 async def test_a_block_before_the_first_await_or_after_the_last_counts() -> None:
     async def first() -> None:
         time.sleep(0.2)
