@@ -196,6 +196,7 @@ def _run_side(args: argparse.Namespace) -> None:
             {
                 "wall": wall,
                 "cpu_s": cpu_s,
+                "sys_s": usage.ru_stime,
                 "gc_s": [round(seconds, 3) for seconds in collections_.seconds],
                 "gc_passes": collections_.passes,
                 "errors": errors,

@@ -72,10 +72,11 @@ def _build(cls: type[M], values: dict[str, Any], fields_set: set[str] | None = N
     the order the class declares them. It is about twice as fast as ``model_construct``
     (which also fills defaults). ``fields_set``: the fields counted as set
     (``model_fields_set``), a frozen class's set shared by every instance made with it;
-    by default the fields ``values`` names.
+    by default the fields ``values`` names. (``object``'s own ``__new__`` and ``__setattr__``,
+    held in globals: looked up on a class each time they cost a third of the call.)
     """
-    model = cls.__new__(cls)
-    object.__setattr__(model, "__dict__", values)
+    model = _new(cls)
+    _setattr(model, "__dict__", values)
     fields = fields_set or _ALL_FIELDS.get(cls, _UNKNOWN)
     if fields is _UNKNOWN:
         fields = _ALL_FIELDS[cls] = _all_fields(cls)
@@ -88,10 +89,14 @@ def _build(cls: type[M], values: dict[str, Any], fields_set: set[str] | None = N
             if len(_SOME_FIELDS) >= 1024:
                 _SOME_FIELDS.clear()
             fields = _SOME_FIELDS[key] = set(values)
-    object.__setattr__(model, "__pydantic_fields_set__", fields)
-    object.__setattr__(model, "__pydantic_extra__", None)
-    object.__setattr__(model, "__pydantic_private__", None)
+    _setattr(model, "__pydantic_fields_set__", fields)
+    _setattr(model, "__pydantic_extra__", None)
+    _setattr(model, "__pydantic_private__", None)
     return model
+
+
+_new = object.__new__  # (no fanloop message class defines its own __new__)
+_setattr = object.__setattr__
 
 
 _ALL_FIELDS: dict[type[BaseModel], set[str] | None] = {}
