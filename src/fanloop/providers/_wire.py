@@ -245,15 +245,28 @@ class MessageCache(Generic[K]):
         with the memo slot looked up once per class rather than once per object (a request
         carries the whole conversation, so this runs for every message on every turn)."""
         out: list[str] = []
+        append = out.append
+        token = self._token
         cls: Any = None
         slot: Any = None
+        read: Any = None
         for obj in objs:
             if type(obj) is not cls:
                 cls = type(obj)
                 slot = slot_of(cls, "__fanloop_wire__")
+                read = None if slot is None else slot.__get__
+            if read is not None:  # :meth:`_get`'s memo hit, inline (150 -> 100 ns a message)
+                try:
+                    memo = read(obj)
+                except AttributeError:  # never rendered
+                    memo = None
+                if memo is not None and memo[0] == token:
+                    if memo[1]:
+                        append(memo[1])
+                    continue
             text = self._get(obj, slot)
             if text:
-                out.append(text)
+                append(text)
         return out
 
     def get(self, obj: K) -> str:
