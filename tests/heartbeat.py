@@ -319,9 +319,16 @@ async def heartbeat(
             if dumps is not None:
                 faulthandler.dump_traceback_later(dump_after, file=dumps)
 
+        ended = False
+
         async def tick() -> None:
+            # A cancel reaches a task whose sleep is already over only at its next await: the
+            # tick may wake once more after the body ended, and must not measure or arm then
+            # (an armed dump outlives its file, and its descriptor may be the next one's).
             while True:
                 await anyio.sleep(interval)
+                if ended:
+                    return
                 measure()
                 arm()
 
@@ -331,6 +338,9 @@ async def heartbeat(
             try:
                 yield beat
             finally:
+                ended = True
                 measure()
                 tg.cancel_scope.cancel()
                 gc.unfreeze()
+        if dumps is not None:
+            faulthandler.cancel_dump_traceback_later()  # (never armed past this point)

@@ -7,9 +7,11 @@ call or CPU-bound work on the loop still fails the 100 ms bound on a loaded mach
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -80,6 +82,19 @@ async def test_the_stacks_of_the_longest_stall_name_the_call_that_held_the_loop(
     async with heartbeat(dump_after=1.0) as quiet:
         await anyio.sleep(0.1)
     assert quiet.stacks == ""  # no gap that long: nothing written
+
+
+async def test_no_dump_is_left_armed_when_the_heartbeat_ends() -> None:
+    # The tick and the body wake in the same loop pass: the tick's cancel reaches it only at
+    # its next await, so it must not re-arm the dump on that last wake-up. An armed dump
+    # outlived its file and was written into whatever file took its descriptor next (the
+    # next heartbeat's, in CI).
+    for _ in range(5):
+        async with heartbeat(interval=0.002, dump_after=0.01):
+            await anyio.sleep(0.002)
+        with tempfile.TemporaryFile("w+") as later:  # takes the heartbeat's descriptor
+            await anyio.sleep(0.03)
+            assert os.fstat(later.fileno()).st_size == 0
 
 
 def test_a_long_dump_shows_its_head_where_the_newest_thread_is() -> None:
