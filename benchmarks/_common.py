@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import statistics
+import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -87,3 +90,26 @@ def write(name: str, text: str) -> Path:
     path = RESULTS / name
     path.write_text(text)
     return path
+
+
+def object_kind(o: object) -> str:
+    """An object's type for the object censuses (``waiting_runs.py``, ``allocations.py``); a
+    coroutine's, function's or method's also names its code, a set its size and a list, tuple
+    or dict its size up to 3 (``3+`` beyond)."""
+    kind = type(o).__qualname__
+    if kind == "coroutine":
+        return f"coroutine {o.__qualname__}"  # type: ignore[attr-defined]
+    if kind in ("method", "function", "builtin_function_or_method"):
+        return f"{kind} {getattr(o, '__qualname__', '?')}"
+    if kind == "set":
+        return f"set of {len(o)}"  # type: ignore[arg-type]
+    if kind in ("list", "tuple", "dict"):
+        return f"{kind} of {min(len(o), 3)}{'+' if len(o) > 3 else ''}"  # type: ignore[arg-type]
+    return kind
+
+
+def child_json(argv: list[str]) -> dict[str, Any]:
+    """Run a benchmark's child process; the JSON object its last line of output prints."""
+    out = subprocess.run(argv, capture_output=True, text=True, check=True)
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result

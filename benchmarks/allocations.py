@@ -17,22 +17,10 @@ import asyncio
 import collections
 import gc
 import json
-import subprocess
 import sys
 from typing import Any
 
-
-def _key(o: object) -> str:
-    """An object's type; a coroutine's or method's also names its function, a container
-    its size (up to 3)."""
-    kind = type(o).__qualname__
-    if kind == "coroutine":
-        return f"coroutine {o.__qualname__}"  # type: ignore[attr-defined]
-    if kind in ("method", "builtin_function_or_method"):
-        return f"{kind} {getattr(o, '__qualname__', '?')}"
-    if kind in ("tuple", "list", "dict"):
-        return f"{kind} of {min(len(o), 3)}"  # type: ignore[arg-type]
-    return kind
+from _common import child_json, object_kind
 
 
 async def child_main(side: str, url: str, n: int) -> dict[str, Any]:
@@ -50,7 +38,7 @@ async def child_main(side: str, url: str, n: int) -> dict[str, Any]:
         # (a loop: a generator expression here would be two objects more a pass, counted)
         if counting and phase == "start" and info["generation"] == 0:
             for o in gc.get_objects(generation=0):
-                kinds[_key(o)] += 1
+                kinds[object_kind(o)] += 1
 
     gc.collect()
     gc.freeze()  # what exists now never takes part
@@ -87,8 +75,7 @@ def main() -> None:
     with serve(tool_turns=TOOL_TURNS, latency=a.latency) as url:
         for side in a.side.split(","):
             argv = [sys.executable, __file__, "child", side, f"--url={url}", f"-n={a.n}"]
-            out = subprocess.run(argv, capture_output=True, text=True, check=True)
-            counts[side] = json.loads(out.stdout.strip().splitlines()[-1])["per_run"]
+            counts[side] = child_json(argv)["per_run"]
             print(f"== {side}: {sum(counts[side].values()):.0f} tracked objects made a run")
     sides = list(counts)
     first, last = counts[sides[0]], counts[sides[-1]]

@@ -17,11 +17,12 @@ import asyncio
 import collections
 import gc
 import json
-import subprocess
 import sys
 import time
 import tracemalloc
 from typing import Any
+
+from _common import child_json, object_kind
 
 
 async def _settle(previous: int) -> int:
@@ -32,20 +33,6 @@ async def _settle(previous: int) -> int:
         if now == previous:
             return now
         previous = now
-
-
-def _key(o: object) -> str:
-    """An object's type; a coroutine's, method's or cell's also names the code it belongs to."""
-    kind = type(o).__qualname__
-    if kind == "coroutine":
-        return f"coroutine {o.__qualname__}"  # type: ignore[attr-defined]
-    if kind in ("method", "function"):
-        return f"{kind} {getattr(o, '__qualname__', '?')}"
-    if kind == "set":
-        return f"set of {len(o)}"  # type: ignore[arg-type]
-    if kind in ("list", "tuple", "dict"):
-        return f"{kind} of {min(len(o), 3)}{'+' if len(o) > 3 else ''}"  # type: ignore[arg-type]
-    return kind
 
 
 def _make_runner(side: str, url: str, pool: int) -> tuple[Any, Any]:
@@ -105,7 +92,7 @@ async def child_main(side: str, url: str, n: int, top: int, cpu: bool, pool: int
         await _settle(len(gc.get_objects()))
         out["cpu_ms_per_run_to_wait"] = (time.process_time() - started_cpu) * 1000 / n
     else:
-        before = collections.Counter(_key(o) for o in gc.get_objects())
+        before = collections.Counter(object_kind(o) for o in gc.get_objects())
         tracemalloc.start(8)
         snap0 = tracemalloc.take_snapshot()
         tasks = [asyncio.ensure_future(one()) for _ in range(n)]
@@ -116,7 +103,7 @@ async def child_main(side: str, url: str, n: int, top: int, cpu: bool, pool: int
         # The snapshots hold a tuple per trace: gone before the count, or it counts them.
         del snap0, snap1
         gc.collect()
-        after = collections.Counter(_key(o) for o in gc.get_objects())
+        after = collections.Counter(object_kind(o) for o in gc.get_objects())
         diff = after - before
         out["tracked_per_run"] = sum(diff.values()) / n
         out["types"] = [(t, round(c / n, 2)) for t, c in diff.most_common(top)]
@@ -166,7 +153,7 @@ def main() -> None:
     with serve(tool_turns=2, hold_turn=a.turn) as url:
         for side in a.side.split(","):
             argv = [sys.executable, __file__, "child", side, f"--url={url}", f"--pool={a.pool}"]
-            res = _child([*argv, f"-n={a.n}", f"--top={a.top}"])
+            res = child_json([*argv, f"-n={a.n}", f"--top={a.top}"])
             print(
                 f"== {side}: {res['tracked_per_run']:.1f} tracked objects, "
                 f"{res['heap_bytes_per_run']:.0f} heap bytes per waiting run"
@@ -177,15 +164,9 @@ def main() -> None:
             for site, size, count in res["sites"]:
                 print(f"   {size:7d} {count:6.2f}  {site}")
             if a.cpu_n:
-                res = _child([*argv, f"-n={a.cpu_n}", "--cpu"])
+                res = child_json([*argv, f"-n={a.cpu_n}", "--cpu"])
                 cpu = res["cpu_ms_per_run_to_wait"]
                 print(f"   CPU to start a run and reach its wait: {cpu:.3f} ms")
-
-
-def _child(argv: list[str]) -> dict[str, Any]:
-    out = subprocess.run(argv, capture_output=True, text=True, check=True)
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
 
 
 if __name__ == "__main__":
