@@ -342,5 +342,3 @@ async def heartbeat(
                 measure()
                 tg.cancel_scope.cancel()
                 gc.unfreeze()
-        if dumps is not None:
-            faulthandler.cancel_dump_traceback_later()  # (never armed past this point)
