@@ -118,6 +118,54 @@ def test_stream_error_classes(body: object, cls: type) -> None:
     assert error.request_id == "r1"
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": [1, 2.5, null, true], "b": "\\u00e9"}',
+        "{}",
+        ' {"a": 1}',
+        '{"a": 1}\n ',
+        "\t[]\r\n",
+        "7",
+        '"\\ud83d"',  # half a pair, as decoded (the stream parsers join it)
+        "NaN",
+    ],
+)
+def test_load_frame_decodes_what_json_loads_decodes(text: str) -> None:
+    """``load_frame`` scans the value at the start and takes the decoder's word wherever
+    the frame is not exactly one value: leading or trailing whitespace gives the same value,
+    bytes the same as text."""
+    import json
+
+    from fanloop.providers._wire import load_frame
+
+    want = repr(json.loads(text))  # (a repr: NaN is not equal to itself)
+    assert repr(load_frame(text)) == want
+    assert repr(load_frame(text.encode("utf-8", "surrogatepass"))) == want
+
+
+@pytest.mark.parametrize("text", ["", " ", "{", '{"a": 1} {}', "[1]x", "nul", "{'a': 1}"])
+def test_load_frame_refuses_what_json_loads_refuses(text: str) -> None:
+    """Not one JSON value (nothing, half a value, a value with more after it): the decoder's
+    own error, a ``ValueError`` that says where."""
+    import json
+
+    from fanloop.providers._wire import load_frame
+
+    with pytest.raises(json.JSONDecodeError) as ours:
+        load_frame(text)
+    with pytest.raises(json.JSONDecodeError) as theirs:
+        json.loads(text)
+    assert (ours.value.msg, ours.value.pos) == (theirs.value.msg, theirs.value.pos)
+
+
+def test_load_frame_nested_too_deeply_is_malformed() -> None:
+    from fanloop.providers._wire import Malformed, load_frame
+
+    with pytest.raises(Malformed, match="nested too deeply"):
+        load_frame("[" * 100_000 + "]" * 100_000)
+
+
 def test_parse_arguments() -> None:
     assert parse_arguments("") == {}
     assert parse_arguments("  ") == {}
@@ -162,3 +210,34 @@ def test_message_cache_texts_are_get_for_each_skipping_the_empty() -> None:
     add_joined(pieces, cache.texts(objs))
     add_joined(pieces, [])
     assert "".join(pieces) == "[<a>,[other],<b>"
+
+
+def test_message_cache_texts_of_a_growing_conversation_render_only_the_new() -> None:
+    """A conversation asked for turn after turn, as a tuple, a list or any iterable: what was
+    rendered is read back (its memos are read in one pass up to the first message without
+    one) and only the new messages are rendered; a message last rendered by another cache, in
+    the middle, is rendered again by this one, and every answer is ``get`` for each."""
+    from fanloop.messages import Message
+    from fanloop.providers._wire import MessageCache
+
+    rendered: list[object] = []
+
+    def render(obj: object) -> str:
+        rendered.append(obj)
+        assert isinstance(obj, Message)
+        return "" if obj.text == "skip" else f"<{obj.text}>"
+
+    cache, other = MessageCache(render), MessageCache(lambda m: "other's")
+    conversation: list[Message] = []
+    for i in range(4):
+        conversation += [Message.user(f"q{i}"), Message.user("skip" if i == 2 else f"a{i}")]
+        before = len(rendered)
+        want = [f"<{m.text}>" for m in conversation if m.text != "skip"]
+        assert cache.texts(tuple(conversation)) == want
+        assert cache.texts(conversation) == want
+        assert cache.texts(iter(conversation)) == want
+        assert rendered[before:] == conversation[-2:]  # the new two, once each
+    assert other.texts(conversation[3:4]) == ["other's"]  # its memo is now the other cache's
+    assert cache.texts(conversation) == want
+    assert rendered[-1] is conversation[3]
+    assert cache.texts(()) == [] and cache.texts([]) == []
