@@ -166,6 +166,44 @@ def test_load_frame_nested_too_deeply_is_malformed() -> None:
         load_frame("[" * 100_000 + "]" * 100_000)
 
 
+def test_dumps_writes_what_the_compact_encoder_writes() -> None:
+    """``dumps`` is ``JSONEncoder(separators=(",", ":")).encode`` without its Python layers:
+    the same text, the same errors, and a failure (a circular list, a value JSON has no form
+    for) leaves nothing behind for the next call."""
+    import json
+
+    from fanloop.providers._wire import dumps
+
+    encode = json.JSONEncoder(separators=(",", ":")).encode
+    values: list[object] = [
+        {"a": [1, 2.5, None, True, float("nan"), -float("inf")], "\u00e9": "\ud83d \u2028"},
+        [],
+        {},
+        "t\u00e9xt",
+        7,
+        None,
+        (1, "2"),
+        {1: 2, 2.5: "x", None: 1, False: 0},
+    ]
+    for value in values:
+        assert dumps(value) == encode(value)
+    circular: list[object] = []
+    circular.append(circular)
+    for bad in (circular, {"x": object()}, {(1,): 2}):
+        with pytest.raises((ValueError, TypeError)) as ours:
+            dumps(bad)
+        with pytest.raises((ValueError, TypeError)) as theirs:
+            encode(bad)
+        assert (type(ours.value), str(ours.value)) == (type(theirs.value), str(theirs.value))
+    shared: list[object] = [1]
+    assert dumps([shared, shared]) == "[[1],[1]]"  # not taken for a circle
+    mended: list[object] = [1, object()]
+    with pytest.raises(TypeError):
+        dumps(mended)
+    mended[1] = 2
+    assert dumps(mended) == "[1,2]"  # the failed call's table of containers is gone
+
+
 def test_parse_arguments() -> None:
     assert parse_arguments("") == {}
     assert parse_arguments("  ") == {}

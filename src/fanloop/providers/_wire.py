@@ -226,8 +226,25 @@ RESPONSE_SET = {
 }
 
 
-dumps: Callable[[Any], str] = json.JSONEncoder(separators=(",", ":")).encode
-"""Compact JSON text (ASCII-only, so ``.encode()`` of the result is always valid UTF-8)."""
+_encoder = json.JSONEncoder(separators=(",", ":"))
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON text (ASCII-only, so ``.encode()`` of the result is always valid UTF-8).
+
+    What ``JSONEncoder.encode`` does, minus its Python layers (``iterencode`` makes a closure
+    and reads nine settings on every call): the C encoder is made here, with a fresh table
+    of the containers being encoded (a circular reference is a ``ValueError``, as there).
+    """
+    if _make_encoder is None or type(value) is str:  # (a string: encode's own short cut)
+        return _encoder.encode(value)
+    return "".join(
+        _make_encoder({}, _encoder.default, _ascii, None, ":", ",", False, False, True)(value, 0)
+    )
+
+
+_make_encoder: Any = getattr(json.encoder, "c_make_encoder", None)  # (None: no C accelerator)
+_ascii = json.encoder.encode_basestring_ascii
 
 
 K = TypeVar("K")
