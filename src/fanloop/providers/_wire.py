@@ -239,12 +239,13 @@ def dumps(value: Any) -> str:
     if _make_encoder is None or type(value) is str:  # (a string: encode's own short cut)
         return _encoder.encode(value)
     return "".join(
-        _make_encoder({}, _encoder.default, _ascii, None, ":", ",", False, False, True)(value, 0)
+        _make_encoder({}, _default, _ascii, None, ":", ",", False, False, True)(value, 0)
     )
 
 
 _make_encoder: Any = getattr(json.encoder, "c_make_encoder", None)  # (None: no C accelerator)
 _ascii = json.encoder.encode_basestring_ascii
+_default = _encoder.default  # (bound once: a bound method is an object a call)
 
 
 K = TypeVar("K")
@@ -287,9 +288,13 @@ class MessageCache(Generic[K]):
             if read is not None:  # :meth:`_get`'s memo hit, inline (150 -> 100 ns a message)
                 try:
                     memo = read(obj)
-                except AttributeError:  # never rendered
-                    memo = None
-                if memo is not None and memo[0] == token:
+                except AttributeError:  # never rendered: render it (not _get: a second raise)
+                    text = self._render(obj)
+                    slot.__set__(obj, (token, text))
+                    if text:
+                        append(text)
+                    continue
+                if memo[0] == token:
                     if memo[1]:
                         append(memo[1])
                     continue
