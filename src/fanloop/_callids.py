@@ -39,8 +39,9 @@ def fresh_call_id() -> str:
     return new_id("call")
 
 
-async def distinct_call_ids(run: RunState, response: ModelResponse) -> ModelResponse:
-    """``response`` with every tool call's id unique in the run (see the module docstring).
+def distinct_call_ids(response: ModelResponse, seen: set[str]) -> ModelResponse:
+    """``response`` with every tool call's id unique among ``seen``, the ids the run used
+    (:func:`known_call_ids`; the new ones are added to it). See the module docstring.
 
     A response whose ids all had to stay as they were is returned as it is. One that was
     changed gets an ``origin`` carrying the new ids (:func:`renamed_origin`), or none, so the
@@ -52,7 +53,6 @@ async def distinct_call_ids(run: RunState, response: ModelResponse) -> ModelResp
             break
     else:  # no tool call (a loop: most turns take this way, without a generator)
         return response
-    seen = run.call_ids if run.call_ids is not None else await known_call_ids(run)
     changed = False
     for index, part in enumerate(content):
         if not isinstance(part, ToolCallPart):

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import anyio
 
 from ._approvals import park
-from ._callids import distinct_call_ids
+from ._callids import distinct_call_ids, known_call_ids
 from ._context import check_context
 from ._fanout import results_or_cancelled, run_batch
 from ._model import Ending
@@ -33,39 +33,52 @@ __all__ = ["run_loop"]
 
 
 async def run_loop(run: RunState) -> RunResult:
-    """Drive ``run`` until something ends it; return how it ended."""
+    """Drive ``run`` until something ends it; return how it ended.
+
+    (A step with nothing to wait for is done without a coroutine: ``…_now`` does the work and
+    says whether the awaited form is needed. A waiting run's collector pays for every object a
+    round makes.)"""
     while True:
-        if (ending := await round_entry_guards(run)) is not None:
+        if cancel_overdue():
+            await deliver_overdue_cancel()
+        if run.agent.handoffs and run.ending is None:
+            from ._handoff import take_handoff  # loaded by the agents that have handoffs
+
+            await take_handoff(run)  # the last batch took a handoff: its target takes over
+        if (ending := round_entry_guards(run)) is not None:
             return run.result(ending.reason, text=ending.text, detail=ending.detail)
-        await check_context(run)
+        if run.agent.context_window:
+            await check_context(run)
         run.turns += 1
         turn = await take_turn(run)
         if isinstance(turn, Ending):
             return run.result(turn.reason, text=turn.text, detail=turn.detail)
-        turn = await distinct_call_ids(run, turn)
-        if turn.content:
-            await run.append(turn.to_message())
-        ending = await final_answer(run, turn)
         calls = turn.tool_calls
-        if ending is None and calls:
+        if calls:
+            seen = run.call_ids if run.call_ids is not None else await known_call_ids(run)
+            turn = distinct_call_ids(turn, seen)
+            calls = turn.tool_calls
+        if turn.content and not run.append_now(message := turn.to_message()):
+            await run.append(message)
+        if calls and turn.stop_reason is not StopReason.REFUSAL:
+            ending = None  # (what final_answer says of a turn with tool calls)
             await run_tools(run, calls)
-        await run.turn_completed(len(calls))
+        else:
+            ending = await final_answer(run, turn)
+        if run.emitter.wants("turn_completed"):
+            await run.turn_completed(len(calls))
         if ending is not None:
             return run.result(ending.reason, text=ending.text, detail=ending.detail)
         del turn, calls  # (the next turn's wait holds neither: the message has what it needs)
 
 
-async def round_entry_guards(run: RunState) -> Ending | None:
+def round_entry_guards(run: RunState) -> Ending | None:
     """Limits checked before each round: an ending already decided, the deadline, turns, the
-    shared budget; first, an overdue cancel scope gets its turn. A handoff the last batch took
-    puts its target in charge here (docs/handoffs.md)."""
-    await deliver_overdue_cancel()
+    shared budget. (Before them, an overdue cancel scope has had its turn,
+    :func:`cancel_overdue`, and a handoff the last batch took has put its target in charge:
+    docs/handoffs.md.)"""
     if run.ending is not None:
         return Ending(run.ending[0], detail=run.ending[1])
-    if run.agent.handoffs:  # the last batch took a handoff: its target takes this round
-        from ._handoff import take_handoff  # loaded by the agents that have handoffs
-
-        await take_handoff(run)
     if (late := run.past_deadline()) is not None:
         return Ending(TerminationReason.DEADLINE, detail=late)
     max_turns = run.max_turns
@@ -77,15 +90,20 @@ async def round_entry_guards(run: RunState) -> Ending | None:
     return None
 
 
-async def deliver_overdue_cancel() -> None:
-    """Let an enclosing cancel scope whose deadline has passed (the run's, a caller's) cancel
-    the run now, even when nothing in the run waits (a provider that answers at once, a tool
-    that blocks the loop). It takes two yields: asyncio runs a timer that came due after the
-    task that yielded, so the first lets the scope's timer cancel the task, the second raises."""
+def cancel_overdue() -> bool:
+    """Whether an enclosing cancel scope's deadline has passed (the run's, a caller's): then
+    :func:`deliver_overdue_cancel` lets it cancel the run now, even when nothing in the run
+    waits (a provider that answers at once, a tool that blocks the loop)."""
     deadline = anyio.current_effective_deadline()
-    if deadline != math.inf and anyio.current_time() >= deadline:  # (no clock read without one)
-        await anyio.lowlevel.checkpoint()
-        await anyio.lowlevel.checkpoint()
+    return deadline != math.inf and anyio.current_time() >= deadline  # (no clock read without)
+
+
+async def deliver_overdue_cancel() -> None:
+    """Let an overdue cancel scope (:func:`cancel_overdue`) cancel the run. It takes two
+    yields: asyncio runs a timer that came due after the task that yielded, so the first lets
+    the scope's timer cancel the task, the second raises."""
+    await anyio.lowlevel.checkpoint()
+    await anyio.lowlevel.checkpoint()
 
 
 async def final_answer(run: RunState, response: ModelResponse) -> Ending | None:
@@ -122,5 +140,8 @@ async def run_tools(
     if run.parked is not None:
         await park(run, calls, results)
         return
-    await run.append(Message.tool_results(results))  # type: ignore[arg-type]
-    await run.warn()
+    message = Message.tool_results(results)  # type: ignore[arg-type]
+    if not run.append_now(message):
+        await run.append(message)
+    if warnings := run.warnings_due():
+        await run.announce(warnings)

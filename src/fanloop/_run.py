@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -13,12 +13,13 @@ from ._dispatch import Emitter
 from ._ids import new_id
 from ._model_types import ModelRequest, ModelResponse, zero_usage
 from ._result import RunResult, TerminationReason
-from ._unicode import forget_valid, valid_models
+from ._unicode import forget_valid, valid_models, valid_now
 from .catalog import cost_of
 from .errors import ConfigurationError
 from .events import (
     BudgetWarning,
     ContextUsage,
+    Event,
     MessageAppended,
     ResponseCompleted,
     TurnCompleted,
@@ -154,6 +155,19 @@ class RunState:
 
     # -- conversation ----------------------------------------------------------------------
 
+    def append_now(self, message: Message) -> bool:
+        """:meth:`append` when it has nothing to wait for (no session to write, nobody
+        listening, text valid as it stands): done here, with no coroutine to make; ``False``
+        when :meth:`append` is needed instead (nothing was done)."""
+        if (
+            self.session is None
+            and not self.emitter.wants("message_appended")
+            and valid_now((message,))
+        ):
+            self.messages.append(message)
+            return True
+        return False
+
     async def append(self, message: Message) -> None:
         """Add a message to the conversation (its text made valid Unicode, as a session
         stores it: docs/sessions.md), persist it, and announce it."""
@@ -196,6 +210,14 @@ class RunState:
     async def account(self, response: ModelResponse, reserved: Reservation | None) -> None:
         """Settle the call's reservation, charge its usage to this run, its ancestors and the
         budget, and announce usage and context (the server's counts are cleaned first)."""
+        if (announce := self.account_now(response, reserved)) is not None:
+            await announce
+
+    def account_now(
+        self, response: ModelResponse, reserved: Reservation | None
+    ) -> Coroutine[Any, Any, None] | None:
+        """:meth:`account`'s work, done here; what is left to announce is returned to be
+        awaited (``None``, and no coroutine made, when nothing listens and no limit warns)."""
         usage = clean_usage(response.usage)
         self.budget.settle(reserved, usage, self.agent.model)
         if self.emitter.wants("response_completed"):
@@ -213,14 +235,25 @@ class RunState:
             self.context_tokens = usage.total_input_tokens + usage.output_tokens
             self.context_base = len(self.messages)
         emitter = self.emitter
-        turn = self.turns
+        events: list[Event] = []
         if emitter.wants("response_completed"):
-            await emitter.emit(ResponseCompleted(response, turn, self.step))
+            events.append(ResponseCompleted(response, self.turns, self.step))
         if emitter.wants("usage_updated"):
-            await emitter.emit(UsageUpdated(usage, self.usage, self.elapsed))
+            events.append(UsageUpdated(usage, self.usage, self.elapsed))
         if emitter.wants("context_usage"):
-            await emitter.emit(ContextUsage(self.context_tokens, self.agent.context_window))
-        await self.warn()
+            events.append(ContextUsage(self.context_tokens, self.agent.context_window))
+        if events:
+            return self.announce(events, then_warn=True)
+        due = self.warnings_due()
+        return self.announce(due) if due else None
+
+    async def announce(self, events: Sequence[Event], *, then_warn: bool = False) -> None:
+        """Emit ``events`` (then the warnings due after them)."""
+        emitter = self.emitter
+        for event in events:
+            await emitter.emit(event)
+        if then_warn:
+            await self.warn()
 
     def context(self, call: ToolCallPart | None = None, *, what: str = "") -> RunContext[Any]:
         """The :class:`RunContext` tools, ``system`` functions and output validators see.
@@ -247,18 +280,25 @@ class RunState:
 
     async def warn(self) -> None:
         """Announce limits that crossed their warning share."""
-        limits = self.agent.limits
+        for warning in self.warnings_due():
+            await self.emitter.emit(warning)
+
+    def warnings_due(self) -> list[BudgetWarning]:
+        """The warnings :meth:`warn` announces, each counted as given (usually none: a caller
+        with none to announce makes no coroutine)."""
         if self.warned_turns and not self.budget.watching:
-            return
+            return []
+        due: list[BudgetWarning] = []
         if (
             not self.warned_turns
             and self.max_turns
-            and self.turns >= self.max_turns * limits.warn_at
+            and self.turns >= self.max_turns * self.agent.limits.warn_at
         ):
             self.warned_turns = True
-            await self.emitter.emit(BudgetWarning("turns", self.turns, self.max_turns))
+            due.append(BudgetWarning("turns", self.turns, self.max_turns))
         for kind, used, limit in self.budget.warnings():
-            await self.emitter.emit(BudgetWarning(kind, used, limit))
+            due.append(BudgetWarning(kind, used, limit))
+        return due
 
     # -- ending ----------------------------------------------------------------------------
 

@@ -63,7 +63,8 @@ async def take_turn(run: RunState) -> ModelResponse | Ending:
         except BaseException:
             budget.settle(held, None, agent.model)
             raise
-        await run.account(response, held)
+        if (announce := run.account_now(response, held)) is not None:
+            await announce
         stop = response.stop_reason
 
         if stop is StopReason.PAUSED:

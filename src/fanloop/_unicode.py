@@ -41,6 +41,7 @@ __all__ = [
     "scrub_json",
     "scrub_model",
     "valid_models",
+    "valid_now",
     "weight",
 ]
 
@@ -410,6 +411,23 @@ def _light_and_clean(models: Sequence[Any], limit: int) -> bool:
     return True
 
 
+def valid_now(models: Sequence[T]) -> bool:
+    """Whether ``models`` are valid Unicode as they stand, told without leaving the loop:
+    each is known to be (:func:`vouch`), or all are light and clean (and are vouched for
+    now). ``False`` leaves them to :func:`valid_models` (one may need a change, or be too
+    heavy to walk here)."""
+    for model in models:  # (a loop: no generator per append)
+        if not known_valid(model):
+            break
+    else:
+        return True
+    if _light_and_clean(models, INLINE):
+        for model in models:
+            vouch(model)
+        return True
+    return False
+
+
 async def valid_models(models: Sequence[T]) -> tuple[T, ...]:
     """``models`` (messages, tool results) with their text made valid Unicode (each one that
     needs no change is returned itself); heavy ones are checked in a worker thread.
@@ -417,14 +435,7 @@ async def valid_models(models: Sequence[T]) -> tuple[T, ...]:
     Each model is walked once (and then remembered: see :func:`vouch`), when it is light and
     clean (the common case); else once more to weigh it and once to scrub it.
     """
-    for model in models:  # (a loop: no generator per append)
-        if not known_valid(model):
-            break
-    else:
-        return tuple(models)
-    if _light_and_clean(models, INLINE):
-        for model in models:
-            vouch(model)
+    if valid_now(models):
         return tuple(models)
     heavy = sum(weight(m, INLINE, to_check=True) for m in models) > INLINE
     return await off_loop(heavy, lambda: tuple(scrub_model(m) for m in models))  # type: ignore[no-any-return]
