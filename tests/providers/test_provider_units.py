@@ -252,9 +252,9 @@ def test_message_cache_texts_are_get_for_each_skipping_the_empty() -> None:
 
 def test_message_cache_texts_of_a_growing_conversation_render_only_the_new() -> None:
     """A conversation asked for turn after turn, as a tuple, a list or any iterable: what was
-    rendered is read back (its memos are read in one pass up to the first message without
-    one) and only the new messages are rendered; a message last rendered by another cache, in
-    the middle, is rendered again by this one, and every answer is ``get`` for each."""
+    rendered is read back and only the new messages are rendered; joined with commas, the
+    answer is ``get`` for each (a long tuple comes back joined in one text). A message last
+    rendered by another cache, in the middle, is rendered again by this one."""
     from fanloop.messages import Message
     from fanloop.providers._wire import MessageCache
 
@@ -267,15 +267,61 @@ def test_message_cache_texts_of_a_growing_conversation_render_only_the_new() -> 
 
     cache, other = MessageCache(render), MessageCache(lambda m: "other's")
     conversation: list[Message] = []
-    for i in range(4):
+    want = ""
+    for i in range(12):
         conversation += [Message.user(f"q{i}"), Message.user("skip" if i == 2 else f"a{i}")]
         before = len(rendered)
-        want = [f"<{m.text}>" for m in conversation if m.text != "skip"]
-        assert cache.texts(tuple(conversation)) == want
-        assert cache.texts(conversation) == want
-        assert cache.texts(iter(conversation)) == want
+        want = ",".join(f"<{m.text}>" for m in conversation if m.text != "skip")
+        assert ",".join(cache.texts(tuple(conversation))) == want
+        assert ",".join(cache.texts(conversation)) == want
+        assert ",".join(cache.texts(iter(conversation))) == want
         assert rendered[before:] == conversation[-2:]  # the new two, once each
     assert other.texts(conversation[3:4]) == ["other's"]  # its memo is now the other cache's
-    assert cache.texts(conversation) == want
+    assert ",".join(cache.texts(conversation)) == want
     assert rendered[-1] is conversation[3]
     assert cache.texts(()) == [] and cache.texts([]) == []
+
+
+def test_a_long_conversation_is_joined_once_and_each_request_adds_its_new_turns() -> None:
+    """From eight messages on, a tuple's texts come back as one joined text, kept on its last
+    message (and only there) and reused by the next request when it starts with the very
+    messages it was joined from; a request that differs before its end (a message replaced,
+    one dropped, another cache's text in between) is joined afresh, and always right."""
+    from fanloop.messages import Message
+    from fanloop.providers._wire import MessageCache, _read_wire
+
+    rendered: list[Message] = []
+
+    def render(obj: object) -> str:
+        assert isinstance(obj, Message)
+        rendered.append(obj)
+        return f"<{obj.text}>"
+
+    cache = MessageCache(render)
+
+    def texts(messages: list[Message]) -> None:
+        out = cache.texts(tuple(messages))
+        assert out == [",".join(f"<{m.text}>" for m in messages)]  # joined, and right
+        holders = [m for m in messages if len(_read_wire(m)) == 4]
+        assert holders == [messages[-1]]  # one copy, on the last message
+
+    conversation = [Message.user(str(i)) for i in range(8)]
+    texts(conversation)
+    for turn in range(8, 30, 2):
+        conversation += [Message.user(f"{turn}"), Message.user(f"{turn + 1}")]
+        texts(conversation)
+        assert len(_read_wire(conversation[-3])) == 2  # the old holder let go of its copy
+    assert rendered == conversation  # each once
+    texts(conversation)  # the same request again
+    paused = [*conversation, Message.user("paused")]
+    texts(paused)  # a transient last message holds the copy...
+    conversation.append(Message.user("next"))
+    texts(conversation)  # ...and the next request, without it, is joined afresh
+    conversation[3] = Message.user("replaced")  # compacted in the middle
+    texts(conversation)
+    del conversation[5]
+    texts(conversation)
+    MessageCache(lambda m: "x").get(conversation[-1])  # another cache takes the last one
+    conversation.append(Message.user("more"))
+    texts(conversation)
+    assert cache.texts(tuple(conversation[:7])) == [f"<{m.text}>" for m in conversation[:7]]
