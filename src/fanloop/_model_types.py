@@ -149,6 +149,10 @@ class ModelRequest(BaseModel):
     rest (:class:`~fanloop.ModelSettings`), and ``output`` the schema of a native typed answer.
     """
 
+    # Not a field: the memo of the conversation's joined wire text kept by the run that made
+    # it (see fanloop.providers._wire.joined_memo). Never copied, pickled or compared.
+    __slots__ = ("__fanloop_joined__",)
+
     model_config = ConfigDict(frozen=True, defer_build=True)
     system: str | None = None
     messages: tuple[Message, ...] = ()
@@ -215,4 +219,5 @@ class ModelResponse(BaseModel):
         return message
 
 
+register_slots(ModelRequest)
 register_slots(ModelResponse)

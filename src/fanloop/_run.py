@@ -13,6 +13,7 @@ from ._dispatch import Emitter
 from ._ids import new_id
 from ._model_types import ModelRequest, ModelResponse, zero_usage
 from ._result import RunResult, TerminationReason
+from ._slots import slot_of
 from ._unicode import forget_valid, valid_models, valid_now
 from .catalog import cost_of
 from .errors import ConfigurationError
@@ -28,6 +29,8 @@ from .events import (
 from .limits import Budget, Reservation, StallDetector, clean_usage
 from .messages import Message, Origin, Part, TextPart, ToolCallPart, _build
 from .tools.base import RunContext
+
+_set_joined = slot_of(ModelRequest, "__fanloop_joined__").__set__
 
 if TYPE_CHECKING:
     from ._agent import Agent
@@ -66,6 +69,7 @@ class RunState:
         "ending",
         "gate",
         "handoffs",
+        "joined",
         "max_tokens",
         "max_turns",
         "messages",
@@ -143,6 +147,9 @@ class RunState:
         # (see _guardrails and docs/guardrails.md).
         self.gate: anyio.Event | None = None
         self.handoffs = 0  # handoffs taken; ``agent`` is the one in charge (see _handoff)
+        # The conversation's wire text as the providers last joined it, carried by each
+        # request this run makes (see providers._wire.joined_memo).
+        self.joined: dict[int, tuple[tuple[Any, ...], str]] = {}
 
     @property
     def elapsed(self) -> float:
@@ -188,7 +195,7 @@ class RunState:
             paused = {"role": "assistant", "content": tuple(pending), "origin": origin}
             messages += (_build(Message, paused),)
         settings = self.settings
-        return _build(
+        request = _build(
             ModelRequest,
             {
                 "system": self.system,
@@ -204,6 +211,8 @@ class RunState:
                 "output": agent.output_format,
             },
         )
+        _set_joined(request, self.joined)
+        return request
 
     # -- accounting ------------------------------------------------------------------------
 

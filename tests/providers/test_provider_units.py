@@ -282,13 +282,13 @@ def test_message_cache_texts_of_a_growing_conversation_render_only_the_new() -> 
     assert cache.texts(()) == [] and cache.texts([]) == []
 
 
-def test_a_long_conversation_is_joined_once_and_each_request_adds_its_new_turns() -> None:
-    """From eight messages on, a tuple's texts come back as one joined text, kept on its last
-    message (and only there) and reused by the next request when it starts with the very
-    messages it was joined from; a request that differs before its end (a message replaced,
-    one dropped, another cache's text in between) is joined afresh, and always right."""
+def test_a_runs_long_conversation_is_joined_once_and_each_request_adds_its_new_turns() -> None:
+    """With a run's memo, a tuple of eight messages or more comes back as one joined text;
+    the next request that starts with the very messages it was joined from has only its new
+    ones looked at. One that differs (a message replaced or dropped, a list, another cache)
+    is joined afresh, and the answer is always ``get`` for each, joined with commas."""
     from fanloop.messages import Message
-    from fanloop.providers._wire import MessageCache, _read_wire
+    from fanloop.providers._wire import MessageCache
 
     rendered: list[Message] = []
 
@@ -297,31 +297,38 @@ def test_a_long_conversation_is_joined_once_and_each_request_adds_its_new_turns(
         rendered.append(obj)
         return f"<{obj.text}>"
 
-    cache = MessageCache(render)
+    cache, other = MessageCache(render), MessageCache(lambda m: "x")
+    memo: dict[int, tuple[tuple[object, ...], str]] = {}
 
-    def texts(messages: list[Message]) -> None:
-        out = cache.texts(tuple(messages))
-        assert out == [",".join(f"<{m.text}>" for m in messages)]  # joined, and right
-        holders = [m for m in messages if len(_read_wire(m)) == 4]
-        assert holders == [messages[-1]]  # one copy, on the last message
+    def texts(messages: list[Message], via: MessageCache[Message] = cache) -> list[str]:
+        before = len(rendered)
+        out = via.texts(tuple(messages), memo)
+        if via is cache:
+            assert out == [",".join(f"<{m.text}>" for m in messages)]  # joined, and right
+            assert all(m not in rendered[:before] for m in rendered[before:])  # once each
+        return out
 
-    conversation = [Message.user(str(i)) for i in range(8)]
+    conversation = [Message.user(str(i)) for i in range(7)]
+    assert cache.texts(tuple(conversation), memo) == [f"<{m.text}>" for m in conversation]
+    assert memo == {}  # too short to keep
+    conversation.append(Message.user("7"))
     texts(conversation)
     for turn in range(8, 30, 2):
         conversation += [Message.user(f"{turn}"), Message.user(f"{turn + 1}")]
+        looked_at = len(rendered)
         texts(conversation)
-        assert len(_read_wire(conversation[-3])) == 2  # the old holder let go of its copy
-    assert rendered == conversation  # each once
+        assert len(rendered) == looked_at + 2  # the new two
+    assert rendered == conversation
     texts(conversation)  # the same request again
-    paused = [*conversation, Message.user("paused")]
-    texts(paused)  # a transient last message holds the copy...
-    conversation.append(Message.user("next"))
-    texts(conversation)  # ...and the next request, without it, is joined afresh
+    texts([*conversation, Message.user("paused")])  # a request with a passing message
+    texts(conversation)  # (a prefix of the one kept: joined afresh from the memos)
     conversation[3] = Message.user("replaced")  # compacted in the middle
     texts(conversation)
     del conversation[5]
     texts(conversation)
-    MessageCache(lambda m: "x").get(conversation[-1])  # another cache takes the last one
+    assert texts(conversation, other) == [",".join("x" for _ in conversation)]
+    assert len(memo) == 2  # one joined text a cache
     conversation.append(Message.user("more"))
     texts(conversation)
-    assert cache.texts(tuple(conversation[:7])) == [f"<{m.text}>" for m in conversation[:7]]
+    assert cache.texts(conversation, memo) == [f"<{m.text}>" for m in conversation]  # a list
+    assert cache.texts(tuple(conversation)) == [f"<{m.text}>" for m in conversation]  # no memo

@@ -88,6 +88,7 @@ from ._wire import (
     ToolsCache,
     add_joined,
     dumps,
+    joined_memo,
     parse_arguments,
     read_call_id,
     read_count,
@@ -366,7 +367,7 @@ class OpenAIResponsesProvider(HTTPProvider):
             pieces.append(',"tools":')
             pieces.append(tools)
         pieces.append(',"input":[')
-        add_joined(pieces, self._messages.texts(messages))
+        add_joined(pieces, self._messages.texts(messages, joined_memo(request)))
         pieces.append("]}")
         return "".join(pieces).encode()
 

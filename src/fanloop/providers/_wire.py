@@ -22,10 +22,11 @@ from collections.abc import Callable, Iterable
 from json.scanner import make_scanner
 from typing import Any, Generic, TypeVar
 
+from .._model_types import ModelRequest
 from .._slots import slot_of
 from .._unicode import may_escape_surrogates, scrub, scrub_json
 from ..errors import ResponseTooLarge
-from ..messages import INVALID_ARGUMENTS_KEY, Message
+from ..messages import INVALID_ARGUMENTS_KEY
 
 __all__ = [
     "MAX_CONTENT_CODINGS",
@@ -270,54 +271,36 @@ class MessageCache(Generic[K]):
         """The entries of the identity table (objects without a slot for their text)."""
         return len(self._entries)
 
-    def texts(self, objs: Iterable[K]) -> list[str]:
-        """The wire texts of ``objs`` that render to anything, in order, for joining with
-        commas: :meth:`get` for each. A conversation (a tuple of messages) of
-        :data:`_JOIN_FROM` messages or more comes back as one text, joined, kept on its last
-        message and reused as the head of the next request's (which repeats it, a turn or two
-        longer); a request carries the whole conversation, so this runs on every turn."""
-        if type(objs) is tuple and len(objs) >= _JOIN_FROM:
-            return self._joined(objs)
+    def texts(
+        self, objs: Iterable[K], joined: dict[int, tuple[tuple[Any, ...], str]] | None = None
+    ) -> list[str]:
+        """The wire texts of ``objs`` that render to anything, in order, to be joined with
+        commas: :meth:`get` for each.
+
+        ``joined``: a run's memo of its conversation's joined text (:func:`joined_memo` of its
+        request). A conversation (a tuple) of :data:`_JOIN_FROM` messages or more then comes
+        back as one text, and only the messages after the ones it was joined from last time
+        are looked at, when it starts with those very messages (a request carries the whole
+        conversation, so this runs on every turn: without it, every message is).
+        """
+        if joined is not None and type(objs) is tuple and len(objs) >= _JOIN_FROM:
+            return self._joined(objs, joined)
         return self._each(objs)
 
-    def _joined(self, objs: tuple[Any, ...]) -> list[str]:
-        """:meth:`texts` of a long conversation: its messages up to the last one that holds
-        the joined text of those before it (found among the last few: a request adds a turn
-        or two) are that text, if they are the very messages it was joined from; the ones
-        after it are rendered (or read from their memos) and joined to it. The result is kept
-        on the conversation's last message, with the messages it was joined from, and taken
-        off the one that held it before: a conversation holds one joined copy of its text."""
+    def _joined(
+        self, objs: tuple[Any, ...], joined: dict[int, tuple[tuple[Any, ...], str]]
+    ) -> list[str]:
         token = self._token
-        n = len(objs)
-        head = ""
-        start = 0
-        holder: Any = None
-        for back in _LOOK_BACK:
-            i = n - back
-            if i < 1:
-                continue
-            try:
-                memo = _read_wire(objs[i])
-            except (AttributeError, TypeError):  # never rendered, or not a message
-                continue
-            # (== on tuples: the same objects pass without a look at them)
-            if len(memo) == 4 and memo[0] == token and memo[3] == objs[:i]:
-                head, start, holder = memo[2], i + 1, objs[i]
-                break
-        tail = self._each(objs[start:] if start else objs)
-        if holder is not None:
-            if head:
-                tail.insert(0, head)
-            _write_wire(holder, (token, memo[1]))  # (a holder renders to its own text)
-        joined = ",".join(tail)
-        last = objs[-1]
-        try:
-            own = _read_wire(last)
-        except (AttributeError, TypeError):  # not a message: nothing to keep it on
-            return [joined] if joined else []
-        if own[0] == token:
-            _write_wire(last, (token, own[1], joined, objs[:-1]))  # (one store)
-        return [joined] if joined else []
+        kept = joined.get(token)
+        if kept is not None and objs[: len(kept[0])] == kept[0]:  # (the same objects: no look)
+            new = self._each(objs[len(kept[0]) :])
+            if kept[1]:
+                new.insert(0, kept[1])
+        else:
+            new = self._each(objs)
+        text = ",".join(new)
+        joined[token] = (objs, text)
+        return [text] if text else []
 
     def _each(self, objs: Iterable[K]) -> list[str]:
         """:meth:`get` for each of ``objs`` (skipping the empty), with the memo slot looked
@@ -359,12 +342,12 @@ class MessageCache(Generic[K]):
         """:meth:`get`, given the memo slot of ``obj``'s class (``None``: it has none)."""
         if slot is not None:
             try:
-                memo = slot.__get__(obj)
+                token, text = slot.__get__(obj)
             except AttributeError:  # never rendered
                 pass
             else:
-                if memo[0] == self._token:
-                    return memo[1]  # type: ignore[no-any-return]
+                if token == self._token:
+                    return text  # type: ignore[no-any-return]
             text = self._render(obj)
             slot.__set__(obj, (self._token, text))  # (one store: a reader sees both or none)
             return text
@@ -394,19 +377,23 @@ def add_joined(pieces: list[str], texts: list[str]) -> None:
 
 
 _CACHES = itertools.count()
-_read_wire = slot_of(Message, "__fanloop_wire__").__get__
-"""A message's wire memo: ``(cache token, its text)``, or for the last message of a long
-conversation ``(token, its text, the conversation's joined text, the messages before it)``;
-``AttributeError`` while it is empty, ``TypeError`` for an object that is not a message."""
-_write_wire = slot_of(Message, "__fanloop_wire__").__set__
 
 _JOIN_FROM = 8
-"""The messages from which a conversation's wire text is kept joined (shorter ones are joined
-each time: a copy of the text is not worth keeping)."""
-_LOOK_BACK = (3, 2, 1, 4, 5)
-"""Where, counted from its end, a conversation's previous joined text is looked for: a turn
-adds two messages (the answer and the tool results), and a message never rendered costs an
-exception to look at."""
+"""The messages from which a run keeps its conversation's wire text joined (a shorter one is
+joined each time: the copy is not worth keeping)."""
+
+
+def joined_memo(request: Any) -> dict[int, tuple[tuple[Any, ...], str]] | None:
+    """The memo of joined conversation text that the run which made ``request`` keeps (by
+    cache: one provider's text is not another's), or ``None`` for a request made elsewhere.
+    It lives as long as the run, and holds one joined copy of the conversation's text."""
+    try:
+        return _read_joined(request)  # type: ignore[no-any-return]
+    except (AttributeError, TypeError):  # made by hand, or not a ModelRequest
+        return None
+
+
+_read_joined = slot_of(ModelRequest, "__fanloop_joined__").__get__
 """Numbers the caches, so a slot's text names the one that made it (never reused, unlike an
 ``id``)."""
 

@@ -85,6 +85,7 @@ from ._wire import (
     ToolsCache,
     add_joined,
     dumps,
+    joined_memo,
     parse_arguments,
     read_call_id,
     read_count,
@@ -351,7 +352,7 @@ class AnthropicProvider(HTTPProvider):
             pieces.append(',"tools":')
             pieces.append(tools)
         pieces.append(',"messages":[')
-        add_joined(pieces, self._messages.texts(request.messages))  # (none renders to "")
+        add_joined(pieces, self._messages.texts(request.messages, joined_memo(request)))
         if request.messages and self._caching and _markable(request.messages[-1]):
             # The conversation's breakpoint: spliced into the last message's cached JSON, so
             # every message is still rendered once.

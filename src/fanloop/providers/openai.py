@@ -75,6 +75,7 @@ from ._wire import (
     ToolsCache,
     add_joined,
     dumps,
+    joined_memo,
     new_call_id,
     parse_arguments,
     read_call_id,
@@ -435,7 +436,7 @@ class OpenAIProvider(HTTPProvider):
             pieces.append(',"tools":')
             pieces.append(tools)
         pieces.append(',"messages":[')
-        texts = self._messages.texts(request.messages)
+        texts = self._messages.texts(request.messages, joined_memo(request))
         if request.system:
             texts.insert(0, dumps({"role": "system", "content": request.system}))
         add_joined(pieces, texts)

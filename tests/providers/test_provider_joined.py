@@ -1,0 +1,42 @@
+"""A long conversation's requests carry, byte for byte, what rendering each message afresh
+gives: the run keeps its conversation's wire text joined and adds each turn's new messages
+to it (``providers._wire.joined_memo``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fanloop import Agent, tool
+from fanloop.testing import FakeLLMServer, call, reply
+
+TURNS = 6  # tool turns: the last request carries 13 messages
+
+
+@tool
+async def step(n: int) -> str:
+    """Take step n."""
+    return f"step {n} done"
+
+
+async def test_each_request_of_a_long_run_is_what_a_fresh_rendering_gives(
+    server: FakeLLMServer, make: Any, api: str
+) -> None:
+    server.add(
+        *[reply(f"Step {n}.", tool_calls=[call("step", f"s{n}", n=n)]) for n in range(TURNS)],
+        "All done.",
+    )
+    provider = make()
+    agent = Agent(provider, tools=[step], system="Be brief.")
+    requests = []
+    async with agent.stream("Walk.") as run:
+        async for event in run:
+            if event.kind == "request_started":
+                requests.append(event.request)
+    assert run.result.text == "All done."
+    assert len(requests) == len(server.requests) == TURNS + 1
+    for request, received in zip(requests, server.requests, strict=True):
+        fresh = make()  # no memo of anything: every message rendered now
+        again = json.loads(fresh._encode(request.model_copy(), stream=True))
+        assert received.body == again
+    assert len(requests[-1].messages) == 2 * TURNS + 1
