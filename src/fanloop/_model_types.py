@@ -140,6 +140,15 @@ class OutputFormat(BaseModel):
     strict: bool | None = None
 
 
+class JoinedTexts(dict[int, tuple[tuple[Message, ...], tuple[str, ...]]]):
+    """A run's memo of its conversation's wire texts, by provider cache: the messages its last
+    request carried and their texts (see ``providers._wire.MessageCache.texts``). The run holds
+    it; the requests it makes hold it by a weak reference, so a request kept after its run
+    keeps no conversation."""
+
+    __slots__ = ("__weakref__",)
+
+
 class ModelRequest(BaseModel):
     """Everything a provider needs for one model call.
 
@@ -149,8 +158,9 @@ class ModelRequest(BaseModel):
     rest (:class:`~fanloop.ModelSettings`), and ``output`` the schema of a native typed answer.
     """
 
-    # Not a field: the memo of the conversation's joined wire text kept by the run that made
-    # it (see fanloop.providers._wire.joined_memo). Never copied, pickled or compared.
+    # Not a field: a weak reference to the memo of the conversation's wire texts kept by the
+    # run that made it (JoinedTexts; see fanloop.providers._wire.joined_memo). Never copied,
+    # pickled or compared.
     __slots__ = ("__fanloop_joined__",)
 
     model_config = ConfigDict(frozen=True, defer_build=True)

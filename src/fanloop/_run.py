@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import time
+import weakref
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -11,7 +12,7 @@ import anyio
 
 from ._dispatch import Emitter
 from ._ids import new_id
-from ._model_types import ModelRequest, ModelResponse, zero_usage
+from ._model_types import JoinedTexts, ModelRequest, ModelResponse, Usage, zero_usage
 from ._result import RunResult, TerminationReason
 from ._slots import slot_of
 from ._unicode import forget_valid, valid_models, valid_now
@@ -70,6 +71,7 @@ class RunState:
         "gate",
         "handoffs",
         "joined",
+        "joined_ref",
         "max_tokens",
         "max_turns",
         "messages",
@@ -147,9 +149,10 @@ class RunState:
         # (see _guardrails and docs/guardrails.md).
         self.gate: anyio.Event | None = None
         self.handoffs = 0  # handoffs taken; ``agent`` is the one in charge (see _handoff)
-        # The conversation's wire text as the providers last joined it, carried by each
-        # request this run makes (see providers._wire.joined_memo).
-        self.joined: dict[int, tuple[tuple[Any, ...], str]] = {}
+        # The conversation's wire texts as the providers last read them, carried (weakly) by
+        # each request this run makes (see providers._wire.joined_memo).
+        self.joined = JoinedTexts()
+        self.joined_ref = weakref.ref(self.joined)
 
     @property
     def elapsed(self) -> float:
@@ -211,7 +214,7 @@ class RunState:
                 "output": agent.output_format,
             },
         )
-        _set_joined(request, self.joined)
+        _set_joined(request, self.joined_ref)
         return request
 
     # -- accounting ------------------------------------------------------------------------
@@ -244,25 +247,33 @@ class RunState:
             self.context_tokens = usage.total_input_tokens + usage.output_tokens
             self.context_base = len(self.messages)
         emitter = self.emitter
-        events: list[Event] = []
-        if emitter.wants("response_completed"):
-            events.append(ResponseCompleted(response, self.turns, self.step))
-        if emitter.wants("usage_updated"):
-            events.append(UsageUpdated(usage, self.usage, self.elapsed))
-        if emitter.wants("context_usage"):
-            events.append(ContextUsage(self.context_tokens, self.agent.context_window))
-        if events:
-            return self.announce(events, then_warn=True)
+        if (
+            emitter.wants("response_completed")
+            or emitter.wants("usage_updated")
+            or emitter.wants("context_usage")
+        ):
+            return self._announce_usage(response, usage)
         due = self.warnings_due()
         return self.announce(due) if due else None
 
-    async def announce(self, events: Sequence[Event], *, then_warn: bool = False) -> None:
-        """Emit ``events`` (then the warnings due after them)."""
+    async def _announce_usage(self, response: ModelResponse, usage: Usage) -> None:
+        """:meth:`account`'s events, each made as it goes out (a listener's time counts in the
+        next one's figures), then the warnings due."""
+        emitter = self.emitter
+        turn = self.turns
+        if emitter.wants("response_completed"):
+            await emitter.emit(ResponseCompleted(response, turn, self.step))
+        if emitter.wants("usage_updated"):
+            await emitter.emit(UsageUpdated(usage, self.usage, self.elapsed))
+        if emitter.wants("context_usage"):
+            await emitter.emit(ContextUsage(self.context_tokens, self.agent.context_window))
+        await self.warn()
+
+    async def announce(self, events: Sequence[Event]) -> None:
+        """Emit ``events`` (warnings :meth:`warnings_due` gave)."""
         emitter = self.emitter
         for event in events:
             await emitter.emit(event)
-        if then_warn:
-            await self.warn()
 
     def context(self, call: ToolCallPart | None = None, *, what: str = "") -> RunContext[Any]:
         """The :class:`RunContext` tools, ``system`` functions and output validators see.
@@ -341,6 +352,7 @@ class RunState:
         self, reason: TerminationReason, *, text: str | None = None, detail: str | None = None
     ) -> RunResult:
         """The :class:`RunResult` of this run as it stands."""
+        self.joined.clear()  # (the texts of a request to come: none, or a resumed run's own)
         spec = self.agent.output
         if text is None:
             if self.output_set and not spec.is_text:

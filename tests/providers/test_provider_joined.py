@@ -4,10 +4,12 @@ to it (``providers._wire.joined_memo``)."""
 
 from __future__ import annotations
 
+import gc
 import json
 from typing import Any
 
 from fanloop import Agent, tool
+from fanloop.providers._wire import joined_memo
 from fanloop.testing import FakeLLMServer, call, reply
 
 TURNS = 6  # tool turns: the last request carries 13 messages
@@ -40,3 +42,8 @@ async def test_each_request_of_a_long_run_is_what_a_fresh_rendering_gives(
         again = json.loads(fresh._encode(request.model_copy(), stream=True))
         assert received.body == again
     assert len(requests[-1].messages) == 2 * TURNS + 1
+    # A request kept after its run keeps none of the run's conversation texts.
+    assert not joined_memo(requests[0]) and not joined_memo(requests[-1])
+    del run
+    gc.collect()
+    assert joined_memo(requests[0]) is None  # (its run is gone: the memo with it)

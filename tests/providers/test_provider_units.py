@@ -282,11 +282,13 @@ def test_message_cache_texts_of_a_growing_conversation_render_only_the_new() -> 
     assert cache.texts(()) == [] and cache.texts([]) == []
 
 
-def test_a_runs_long_conversation_is_joined_once_and_each_request_adds_its_new_turns() -> None:
-    """With a run's memo, a tuple of eight messages or more comes back as one joined text;
-    the next request that starts with the very messages it was joined from has only its new
-    ones looked at. One that differs (a message replaced or dropped, a list, another cache)
-    is joined afresh, and the answer is always ``get`` for each, joined with commas."""
+def test_a_runs_long_conversation_is_read_once_and_each_request_adds_its_new_turns() -> None:
+    """With a run's memo, a tuple of eight messages or more that starts with the very objects
+    the last request carried takes their texts from the memo, and only its new messages are
+    looked at. One that differs (a message replaced, even by an equal one; one dropped; a
+    list; another cache) is read message by message, and the answer is always ``get`` for
+    each. A conversation cut short lets the memo go."""
+    from fanloop._model_types import JoinedTexts
     from fanloop.messages import Message
     from fanloop.providers._wire import MessageCache
 
@@ -298,37 +300,42 @@ def test_a_runs_long_conversation_is_joined_once_and_each_request_adds_its_new_t
         return f"<{obj.text}>"
 
     cache, other = MessageCache(render), MessageCache(lambda m: "x")
-    memo: dict[int, tuple[tuple[object, ...], str]] = {}
+    memo = JoinedTexts()
 
     def texts(messages: list[Message], via: MessageCache[Message] = cache) -> list[str]:
         before = len(rendered)
         out = via.texts(tuple(messages), memo)
         if via is cache:
-            assert out == [",".join(f"<{m.text}>" for m in messages)]  # joined, and right
-            assert all(m not in rendered[:before] for m in rendered[before:])  # once each
+            assert out == [f"<{m.text}>" for m in messages]
+            seen = {id(m) for m in rendered[:before]}
+            assert not any(id(m) in seen for m in rendered[before:])  # once each
         return out
 
     conversation = [Message.user(str(i)) for i in range(7)]
-    assert cache.texts(tuple(conversation), memo) == [f"<{m.text}>" for m in conversation]
+    texts(conversation)
     assert memo == {}  # too short to keep
     conversation.append(Message.user("7"))
     texts(conversation)
     for turn in range(8, 30, 2):
         conversation += [Message.user(f"{turn}"), Message.user(f"{turn + 1}")]
         looked_at = len(rendered)
-        texts(conversation)
+        texts(conversation).insert(0, "a system message")  # (the caller's own list)
         assert len(rendered) == looked_at + 2  # the new two
-    assert rendered == conversation
+    assert [id(m) for m in rendered] == [id(m) for m in conversation]
     texts(conversation)  # the same request again
     texts([*conversation, Message.user("paused")])  # a request with a passing message
-    texts(conversation)  # (a prefix of the one kept: joined afresh from the memos)
-    conversation[3] = Message.user("replaced")  # compacted in the middle
     texts(conversation)
+    equal = Message.user(conversation[3].text)
+    assert equal == conversation[3]
+    conversation[3] = equal  # replaced by an equal message: another object, read again
+    texts(conversation)
+    assert rendered[-1] is equal
     del conversation[5]
     texts(conversation)
-    assert texts(conversation, other) == [",".join("x" for _ in conversation)]
-    assert len(memo) == 2  # one joined text a cache
+    assert texts(conversation, other) == ["x"] * len(conversation)
+    assert len(memo) == 2  # one entry a cache
     conversation.append(Message.user("more"))
     texts(conversation)
     assert cache.texts(conversation, memo) == [f"<{m.text}>" for m in conversation]  # a list
+    assert len(memo) == 1  # (which let this cache's entry go)
     assert cache.texts(tuple(conversation)) == [f"<{m.text}>" for m in conversation]  # no memo

@@ -1142,8 +1142,16 @@ class ResumableItems:
             if self._parser.done:
                 await self._end()
             else:
-                if time.monotonic() > self._turn_ends and self._share_spent():
-                    await anyio.lowlevel.checkpoint()
+                if time.monotonic() > self._turn_ends:
+                    # The fair share's pause (as ProviderStream._events): none unless the
+                    # reads never waited since the last one. (Here, not in a method of its
+                    # own: the time is up on most reads of a stream whose deltas come one at
+                    # a time, and a coroutine each time was an object for the collector.)
+                    response = self._response
+                    if response.waits == self._waits:
+                        await anyio.lowlevel.checkpoint()
+                    self._waits = response.waits
+                    self._turn_ends = time.monotonic() + _FAIR_SHARE
                 try:
                     with self._errors:
                         self._parse(await self._response.read_chunk())
@@ -1157,17 +1165,6 @@ class ResumableItems:
                 item = pending[0]
                 pending[0] = None
                 return item  # type: ignore[no-any-return]
-
-    def _share_spent(self) -> bool:
-        """Whether the reader takes the fair share's pause now (as
-        :meth:`ProviderStream._events`): its time is up, and none of the reads since the last
-        pause waited. A new share starts either way. (No coroutine: the time is up on most
-        reads of a stream whose deltas come one at a time, and each of those waited.)"""
-        waits = self._response.waits
-        spent: bool = waits == self._waits
-        self._waits = waits
-        self._turn_ends = time.monotonic() + _FAIR_SHARE
-        return spent
 
     async def _end(self) -> None:
         """After the end marker: read what follows it (see :func:`_drain`), then the final

@@ -19,10 +19,10 @@ import os
 import re
 import weakref
 from collections.abc import Callable, Iterable
-from json.scanner import make_scanner
+from operator import is_
 from typing import Any, Generic, TypeVar
 
-from .._model_types import ModelRequest
+from .._model_types import JoinedTexts, ModelRequest
 from .._slots import slot_of
 from .._unicode import may_escape_surrogates, scrub, scrub_json
 from ..errors import ResponseTooLarge
@@ -71,7 +71,7 @@ _ID = re.compile(rf"[!-~]{{1,{MAX_ID_CHARS}}}")  # printable ASCII, no spaces
 
 _decoder = json.JSONDecoder()
 _decode = _decoder.decode
-_scan: Callable[[str, int], tuple[Any, int]] = make_scanner(_decoder)  # type: ignore[arg-type]
+_scan: Callable[[str, int], tuple[Any, int]] = _decoder.scan_once  # type: ignore[attr-defined]
 """The decoder's own scanner: ``(value, end)`` of the JSON value at an index. ``decode``
 around it matches a whitespace pattern before and after the value (two regex calls, more
 than the scan of a small frame costs); a frame as servers send it has no such whitespace."""
@@ -271,36 +271,30 @@ class MessageCache(Generic[K]):
         """The entries of the identity table (objects without a slot for their text)."""
         return len(self._entries)
 
-    def texts(
-        self, objs: Iterable[K], joined: dict[int, tuple[tuple[Any, ...], str]] | None = None
-    ) -> list[str]:
+    def texts(self, objs: Iterable[K], joined: JoinedTexts | None = None) -> list[str]:
         """The wire texts of ``objs`` that render to anything, in order, to be joined with
         commas: :meth:`get` for each.
 
-        ``joined``: a run's memo of its conversation's joined text (:func:`joined_memo` of its
-        request). A conversation (a tuple) of :data:`_JOIN_FROM` messages or more then comes
-        back as one text, and only the messages after the ones it was joined from last time
-        are looked at, when it starts with those very messages (a request carries the whole
-        conversation, so this runs on every turn: without it, every message is).
+        ``joined``: the run's memo of its conversation's texts (:func:`joined_memo` of its
+        request). For a conversation (a tuple) of :data:`_JOIN_FROM` messages or more, the
+        texts of the messages the last request carried are taken from it as they are, when
+        this one starts with those very objects; only the messages after them are looked at
+        (a request carries the whole conversation, so this runs on every turn: without it,
+        every message is).
         """
-        if joined is not None and type(objs) is tuple and len(objs) >= _JOIN_FROM:
-            return self._joined(objs, joined)
-        return self._each(objs)
-
-    def _joined(
-        self, objs: tuple[Any, ...], joined: dict[int, tuple[tuple[Any, ...], str]]
-    ) -> list[str]:
+        if joined is None:
+            return self._each(objs)
         token = self._token
+        if type(objs) is not tuple or len(objs) < _JOIN_FROM:
+            joined.pop(token, None)  # (a conversation cut short: let the longer one go)
+            return self._each(objs)
         kept = joined.get(token)
-        if kept is not None and objs[: len(kept[0])] == kept[0]:  # (the same objects: no look)
-            new = self._each(objs[len(kept[0]) :])
-            if kept[1]:
-                new.insert(0, kept[1])
+        if kept is not None and len(objs) >= len(kept[0]) and all(map(is_, objs, kept[0])):
+            out = [*kept[1], *self._each(objs[len(kept[0]) :])]
         else:
-            new = self._each(objs)
-        text = ",".join(new)
-        joined[token] = (objs, text)
-        return [text] if text else []
+            out = self._each(objs)
+        joined[token] = (objs, tuple(out))  # (the texts themselves: no joined copy)
+        return out
 
     def _each(self, objs: Iterable[K]) -> list[str]:
         """:meth:`get` for each of ``objs`` (skipping the empty), with the memo slot looked
@@ -377,25 +371,26 @@ def add_joined(pieces: list[str], texts: list[str]) -> None:
 
 
 _CACHES = itertools.count()
+"""Numbers the caches, so a slot's text names the one that made it (never reused, unlike an
+``id``)."""
 
 _JOIN_FROM = 8
-"""The messages from which a run keeps its conversation's wire text joined (a shorter one is
-joined each time: the copy is not worth keeping)."""
+"""The messages from which a run keeps its conversation's texts for the next request (a
+shorter conversation is read message by message)."""
 
 
-def joined_memo(request: Any) -> dict[int, tuple[tuple[Any, ...], str]] | None:
-    """The memo of joined conversation text that the run which made ``request`` keeps (by
-    cache: one provider's text is not another's), or ``None`` for a request made elsewhere.
-    It lives as long as the run, and holds one joined copy of the conversation's text."""
+def joined_memo(request: Any) -> JoinedTexts | None:
+    """The memo of its conversation's wire texts that the run which made ``request`` keeps
+    (:class:`~fanloop._model_types.JoinedTexts`), or ``None``: a request made elsewhere, or
+    one whose run is over (the request holds the memo by a weak reference)."""
     try:
-        return _read_joined(request)  # type: ignore[no-any-return]
+        ref = _read_joined(request)
     except (AttributeError, TypeError):  # made by hand, or not a ModelRequest
         return None
+    return ref()  # type: ignore[no-any-return]
 
 
 _read_joined = slot_of(ModelRequest, "__fanloop_joined__").__get__
-"""Numbers the caches, so a slot's text names the one that made it (never reused, unlike an
-``id``)."""
 
 
 class _Entry(weakref.ref):  # type: ignore[type-arg]
