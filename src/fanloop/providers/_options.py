@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._settings import ALL_SETTINGS, LOOP_SETTINGS, ModelSettings
+from .._settings import ALL_SETTINGS, LOOP_SETTINGS, NO_SETTINGS, ModelSettings
 from ..errors import ConfigurationError
 from ._schema import FormatCache, anthropic_schema, openai_strict_schema, schema_name
 from ._types import ModelRequest, OutputFormat
@@ -96,7 +96,7 @@ def _sampling(request: ModelRequest, settings: ModelSettings, stop_field: str) -
 def openai_fields(request: ModelRequest, provider: str) -> dict[str, Any]:
     """The Chat Completions body fields for ``request.settings`` (before the extras)."""
     settings = request.settings
-    if settings is None:
+    if settings is None or settings is NO_SETTINGS:  # (an agent's without settings: no fields)
         return {}
     _check(settings, OPENAI_SETTINGS, provider)
     out = _sampling(request, settings, "stop")
@@ -129,7 +129,7 @@ def _tiers(settings: ModelSettings, out: dict[str, Any]) -> None:
 def responses_fields(request: ModelRequest, provider: str) -> dict[str, Any]:
     """The Responses API body fields for ``request.settings`` (before the extras)."""
     settings = request.settings
-    if settings is None:
+    if settings is None or settings is NO_SETTINGS:  # (an agent's without settings: no fields)
         return {}
     _check(settings, RESPONSES_SETTINGS, provider)
     out: dict[str, Any] = {}
@@ -177,7 +177,7 @@ def responses_reasoning(
 def anthropic_fields(request: ModelRequest, provider: str) -> dict[str, Any]:
     """The Messages body fields for ``request.settings`` (before the extras)."""
     settings = request.settings
-    if settings is None:
+    if settings is None or settings is NO_SETTINGS:  # (an agent's without settings: no fields)
         return {}
     _check(settings, ANTHROPIC_SETTINGS, provider)
     out = _sampling(request, settings, "stop_sequences")
