@@ -71,7 +71,6 @@ class RunState:
         "gate",
         "handoffs",
         "joined",
-        "joined_ref",
         "max_tokens",
         "max_turns",
         "messages",
@@ -152,7 +151,6 @@ class RunState:
         # The conversation's wire texts as the providers last read them, carried (weakly) by
         # each request this run makes (see providers._wire.joined_memo).
         self.joined = JoinedTexts()
-        self.joined_ref = weakref.ref(self.joined)
 
     @property
     def elapsed(self) -> float:
@@ -214,7 +212,7 @@ class RunState:
                 "output": agent.output_format,
             },
         )
-        _set_joined(request, self.joined_ref)
+        _set_joined(request, weakref.ref(self.joined))  # (the one plain reference, reused)
         return request
 
     # -- accounting ------------------------------------------------------------------------
@@ -352,7 +350,7 @@ class RunState:
         self, reason: TerminationReason, *, text: str | None = None, detail: str | None = None
     ) -> RunResult:
         """The :class:`RunResult` of this run as it stands."""
-        self.joined.clear()  # (the texts of a request to come: none, or a resumed run's own)
+        self.joined.clear()  # (a finished run keeps no conversation texts, whoever holds it)
         spec = self.agent.output
         if text is None:
             if self.output_set and not spec.is_text:
