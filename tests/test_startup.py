@@ -99,6 +99,28 @@ def test_models_still_validate_and_dump_after_a_deferred_build() -> None:
     assert isinstance(out["dump"], dict) and set(out["dump"].values()) == {None}
 
 
+def test_a_run_without_a_session_builds_no_validator_before_its_first_request() -> None:
+    """A run starts from one shared zero ``Usage`` made without validation: building a
+    validator would load pydantic's plugin scan (``importlib.metadata``) before the request.
+    The zero still reads as ``Usage()`` does, nothing counted as set."""
+    out = _child(
+        "import asyncio, json, sys\n"
+        "from fanloop import Agent\n"
+        "from fanloop.testing import ScriptedProvider\n"
+        "from fanloop._model_types import Usage, zero_usage\n"
+        "seen = {}\n"
+        "def answer(request):\n"
+        "    seen['metadata'] = 'importlib.metadata' in sys.modules\n"
+        "    return 'hi'\n"
+        "result = asyncio.run(Agent(ScriptedProvider([answer])).run('hello'))\n"
+        "z = zero_usage()\n"
+        "print(json.dumps({'metadata': seen['metadata'], 'text': result.text,\n"
+        "    'same': z == Usage(), 'set': sorted(z.model_fields_set),\n"
+        "    'unset': z.model_dump(exclude_unset=True)}))\n"
+    )
+    assert out == {"metadata": False, "text": "hi", "same": True, "set": [], "unset": {}}
+
+
 def test_the_default_tools_compile_their_patterns_on_first_use() -> None:
     # What `fanloop run` builds before its first request: the tools' specs, not their engines
     # (nor the web tools' connection guard on httpcore2, which a provider on aiohttp never needs).
