@@ -87,11 +87,11 @@ _ZERO: list[Usage] = []
 
 def zero_usage() -> Usage:
     """One shared ``Usage()`` (it is frozen): what a run and a budget start from, without a
-    model instance (and its set of fields) of their own per run. Made without validation: the
-    first run of a process does not build ``Usage``'s validator (and pydantic's scan of the
+    model instance (and its set of fields) of their own per run. Constructed, not validated:
+    the first run of a process does not build ``Usage``'s validator (and pydantic's scan of the
     installed distributions for plugins) before its first request."""
     if not _ZERO:
-        _ZERO.append(_build(Usage, dict.fromkeys(Usage.model_fields, 0), fields_set=set()))
+        _ZERO.append(Usage.model_construct())
     return _ZERO[0]
 
 

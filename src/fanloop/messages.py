@@ -77,7 +77,7 @@ def _build(cls: type[M], values: dict[str, Any], fields_set: set[str] | None = N
     """
     model = _new(cls)
     _setattr(model, "__dict__", values)
-    fields = fields_set if fields_set is not None else _ALL_FIELDS.get(cls, _UNKNOWN)
+    fields = fields_set or _ALL_FIELDS.get(cls, _UNKNOWN)
     if fields is _UNKNOWN:
         fields = _ALL_FIELDS[cls] = _all_fields(cls)
     if fields is None:  # not frozen: a set of its own, which it may add to
