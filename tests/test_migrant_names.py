@@ -51,6 +51,44 @@ def test_unknown_names_keep_pythons_own_error_and_the_signatures_stay_visible() 
     assert "system" in inspect.signature(Agent).parameters
 
 
+def test_run_is_still_a_coroutine_function_bound_or_not_and_help_says_async() -> None:
+    """``Agent.run``'s keyword check makes no coroutine of its own (one frame less for each run
+    in flight), yet tools that ask whether it is a coroutine function, what it takes, or what
+    it is, get the answers ``async def run`` gives."""
+    import asyncio
+    import pydoc
+
+    agent = Agent(ScriptedProvider(["x"]))
+    for run in (Agent.run, agent.run):
+        assert inspect.iscoroutinefunction(run)
+        assert asyncio.iscoroutinefunction(run)
+        assert inspect.isroutine(run)
+    assert list(inspect.signature(agent.run).parameters) == [
+        "prompt",
+        "messages",
+        "session",
+        "deps",
+        "model_settings",
+    ]
+    assert Agent.run.__name__ == "run" and Agent.run.__doc__ == agent.run.__doc__
+    assert "Run the loop on" in (Agent.run.__doc__ or "")
+    assert "async run(" in pydoc.render_doc(agent.run, renderer=pydoc.plaintext)
+    assert repr(Agent.run) == "<function Agent.run>"
+    assert agent.run.__self__ is agent
+
+
+def test_a_refused_run_keyword_fails_at_the_call_with_no_coroutine_left_unawaited() -> None:
+    import warnings
+
+    agent = Agent(ScriptedProvider(["x"]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a coroutine never awaited would warn
+        with pytest.raises(TypeError, match=r"Agent\.run\(\) .*'max_turns'"):
+            agent.run("hi", max_turns=3)  # type: ignore[call-arg]
+        with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+            agent.run("hi", bogus=1)  # type: ignore[call-arg]
+
+
 async def test_output_type_none_is_text_as_in_the_agents_sdk() -> None:
     agent = Agent(ScriptedProvider(["plain words"]), output_type=None)
     result = await agent.run("hi")

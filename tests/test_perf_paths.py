@@ -323,3 +323,61 @@ async def test_a_finished_run_is_not_kept_alive_by_the_timers_it_armed() -> None
             # the pooled connection and its (cancelled) timers are still here; the runs are not
             assert len(runs) == 3
             assert [ref() for ref in runs] == [None, None, None]
+
+
+def _awaiting(coro: Any) -> list[tuple[str, str]]:
+    """The coroutines ``coro`` waits through, outermost first: (qualified name, file)."""
+    chain = []
+    while (code := getattr(coro, "cr_code", None)) is not None:
+        chain.append((code.co_qualname, code.co_filename))
+        coro = coro.cr_await
+    return chain
+
+
+async def test_a_run_waiting_for_its_response_holds_one_frame_per_layer() -> None:
+    """With thousands of runs in flight, each coroutine a waiting run holds is an object the
+    collector walks in every pass. Between the task and the transport a run waiting for the
+    model's response holds one frame for each layer that does work after the wait: no wrapper
+    that only checks ``Agent.run``'s keywords, no ``HTTPProvider._post`` under the stream's
+    ``__aenter__``."""
+    pytest.importorskip("aiohttp")
+    import asyncio
+    import os
+    import threading
+
+    import fanloop
+    from fanloop.providers.openai import OpenAIProvider
+    from fanloop.testing import FakeLLMServer
+
+    arrived = threading.Event()
+    release = threading.Event()
+
+    def respond(body: dict[str, Any]) -> str:
+        if seen and not arrived.is_set():  # the second run's request: held until released
+            arrived.set()
+            release.wait(60)  # (the server's own thread: the run's loop goes on)
+        seen.append(body)
+        return "done"
+
+    seen: list[dict[str, Any]] = []
+
+    with FakeLLMServer(responder=respond) as server:
+        provider = OpenAIProvider(
+            "m", api_key="k", base_url=server.openai_base_url, transport="aiohttp"
+        )
+        async with provider:
+            agent = Agent(provider, retry=RetryPolicy(max_retries=0))
+            assert (await agent.run("warm")).text == "done"  # the pool is open for this loop
+            task = asyncio.ensure_future(agent.run("go"))
+            try:
+                await anyio.to_thread.run_sync(arrived.wait, 60)
+                chain = _awaiting(task.get_coro())
+            finally:
+                release.set()
+            assert (await task).text == "done"
+    package = os.path.dirname(fanloop.__file__)
+    ours = [name for name, file in chain if file.startswith(package)]
+    assert ours[0] == "Agent.run"  # the task's own coroutine: no wrapper around it
+    assert "HTTPProvider._post" not in ours
+    assert len(ours) == len(set(ours)) <= 8, ours
+    assert ours[-1] == "AiohttpTransport._send"

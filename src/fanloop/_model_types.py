@@ -151,6 +151,11 @@ class JoinedTexts(dict[int, tuple[tuple[Message, ...], tuple[str, ...]]]):
     __slots__ = ("__weakref__",)
 
 
+JOIN_FROM = 8
+"""The messages from which a run keeps its conversation's texts for the next request (a
+shorter conversation is read message by message, and its run makes no memo)."""
+
+
 class ModelRequest(BaseModel):
     """Everything a provider needs for one model call.
 

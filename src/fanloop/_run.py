@@ -12,7 +12,14 @@ import anyio
 
 from ._dispatch import Emitter
 from ._ids import new_id
-from ._model_types import JoinedTexts, ModelRequest, ModelResponse, Usage, zero_usage
+from ._model_types import (
+    JOIN_FROM,
+    JoinedTexts,
+    ModelRequest,
+    ModelResponse,
+    Usage,
+    zero_usage,
+)
 from ._result import RunResult, TerminationReason
 from ._slots import slot_of
 from ._unicode import forget_valid, valid_models, valid_now
@@ -149,8 +156,9 @@ class RunState:
         self.gate: anyio.Event | None = None
         self.handoffs = 0  # handoffs taken; ``agent`` is the one in charge (see _handoff)
         # The conversation's wire texts as the providers last read them, carried (weakly) by
-        # each request this run makes (see providers._wire.joined_memo).
-        self.joined = JoinedTexts()
+        # each request this run makes once its conversation is long enough to keep them
+        # (see providers._wire.joined_memo): made then, not for every run.
+        self.joined: JoinedTexts | None = None
 
     @property
     def elapsed(self) -> float:
@@ -212,7 +220,11 @@ class RunState:
                 "output": agent.output_format,
             },
         )
-        _set_joined(request, weakref.ref(self.joined))  # (the one plain reference, reused)
+        joined = self.joined
+        if joined is None and len(messages) >= JOIN_FROM:
+            joined = self.joined = JoinedTexts()
+        if joined is not None:
+            _set_joined(request, weakref.ref(joined))  # (the one plain reference, reused)
         return request
 
     # -- accounting ------------------------------------------------------------------------
@@ -350,7 +362,8 @@ class RunState:
         self, reason: TerminationReason, *, text: str | None = None, detail: str | None = None
     ) -> RunResult:
         """The :class:`RunResult` of this run as it stands."""
-        self.joined.clear()  # (a finished run keeps no conversation texts, whoever holds it)
+        if self.joined is not None:
+            self.joined.clear()  # (a finished run keeps no conversation texts, whoever holds it)
         spec = self.agent.output
         if text is None:
             if self.output_set and not spec.is_text:

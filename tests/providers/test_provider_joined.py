@@ -31,10 +31,12 @@ async def test_each_request_of_a_long_run_is_what_a_fresh_rendering_gives(
     provider = make()
     agent = Agent(provider, tools=[step], system="Be brief.")
     requests = []
+    memos = []
     async with agent.stream("Walk.") as run:
         async for event in run:
             if event.kind == "request_started":
                 requests.append(event.request)
+                memos.append(joined_memo(event.request))
     assert run.result.text == "All done."
     assert len(requests) == len(server.requests) == TURNS + 1
     for request, received in zip(requests, server.requests, strict=True):
@@ -42,8 +44,10 @@ async def test_each_request_of_a_long_run_is_what_a_fresh_rendering_gives(
         again = json.loads(fresh._encode(request.model_copy(), stream=True))
         assert received.body == again
     assert len(requests[-1].messages) == 2 * TURNS + 1
-    # A request kept after its run keeps none of the run's conversation texts.
-    assert not joined_memo(requests[0]) and not joined_memo(requests[-1])
-    del run
+    # A short conversation's request carries no memo (the run makes one only once its
+    # conversation is long enough to keep); a long one's carries the run's.
+    assert memos[0] is None and memos[-1] is not None
+    assert not memos[-1]  # a finished run keeps no conversation texts, whoever holds its memo
+    del run, memos
     gc.collect()
-    assert joined_memo(requests[0]) is None  # (its run is gone: the memo with it)
+    assert joined_memo(requests[-1]) is None  # (its run is gone: the memo with it)

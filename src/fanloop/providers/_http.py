@@ -874,7 +874,8 @@ class HTTPProvider:
         return ProviderStream(self, request)
 
     async def _post(self, body: bytes, *, stream: bool) -> Response:
-        """Send ``body``; the response, its body not yet read (errors raised as ours)."""
+        """Send ``body``; the response, its body not yet read (errors raised as ours).
+        (``ProviderStream.__aenter__`` does the same in its own frame.)"""
         if self._closed:
             self._closed = False
         with _plain_mapping(self.name):
@@ -882,18 +883,23 @@ class HTTPProvider:
                 response = await self._client.post(self, body, stream=stream)
             except RuntimeError as exc:  # the pool was closed under the request
                 raise self._client.refused(self, exc) from None
-        if not 200 <= response.status_code < 300:  # as the SDKs: anything else fails
+        if not 200 <= response.status_code < 300 or "content-encoding" in response.headers:
+            await self._vet(response)
+        return response
+
+    async def _vet(self, response: Response) -> None:
+        """Raise for a response that may not be read: an HTTP error status (anything but 2xx,
+        as the SDKs), or more content codings than accepted (the response closed first)."""
+        if not 200 <= response.status_code < 300:
             raise await self._status_failure(response)
         headers = response.headers
         if "content-encoding" in headers:
-            # More codings than accepted: closed, and the error raised.
             with mapped_errors(self.name, _request_id(headers)):
                 try:
                     content_codings(_values(headers, "content-encoding"))
                 except ResponseTooLarge:
                     await response.aclose()
                     raise
-        return response
 
     async def _status_failure(self, response: Response) -> ProviderError:
         """The error for an HTTP error response: its body read up to the cap, then closed."""
@@ -989,8 +995,20 @@ class ProviderStream:
         self._response: Response | None = None
 
     async def __aenter__(self) -> ProviderStream:
-        body = self._provider._encode(self._request, stream=True)
-        self._response = await self._provider._post(body, stream=True)
+        provider = self._provider
+        body = provider._encode(self._request, stream=True)
+        # (HTTPProvider._post, inlined: a run waiting for the response holds this frame and
+        # the transport's, not a third between them)
+        if provider._closed:
+            provider._closed = False
+        with _plain_mapping(provider.name):
+            try:
+                response = await provider._client.post(provider, body, stream=True)
+            except RuntimeError as exc:  # the pool was closed under the request
+                raise provider._client.refused(provider, exc) from None
+        if not 200 <= response.status_code < 300 or "content-encoding" in response.headers:
+            await provider._vet(response)
+        self._response = response
         return self
 
     async def __aexit__(

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from operator import is_
 from typing import Any, Generic, TypeVar
 
-from .._model_types import JoinedTexts, ModelRequest
+from .._model_types import JOIN_FROM, JoinedTexts, ModelRequest
 from .._slots import slot_of
 from .._unicode import may_escape_surrogates, scrub, scrub_json
 from ..errors import ResponseTooLarge
@@ -276,7 +276,7 @@ class MessageCache(Generic[K]):
         commas: :meth:`get` for each.
 
         ``joined``: the run's memo of its conversation's texts (:func:`joined_memo` of its
-        request). For a conversation (a tuple) of :data:`_JOIN_FROM` messages or more, the
+        request). For a conversation (a tuple) of :data:`JOIN_FROM` messages or more, the
         texts of the messages the last request carried are taken from it as they are, when
         this one starts with those very objects; only the messages after them are looked at
         (a request carries the whole conversation, so this runs on every turn: without it,
@@ -285,7 +285,7 @@ class MessageCache(Generic[K]):
         if joined is None:
             return self._each(objs)
         token = self._token
-        if type(objs) is not tuple or len(objs) < _JOIN_FROM:
+        if type(objs) is not tuple or len(objs) < JOIN_FROM:
             joined.pop(token, None)  # (a conversation cut short: let the longer one go)
             return self._each(objs)
         kept = joined.get(token)
@@ -373,10 +373,6 @@ def add_joined(pieces: list[str], texts: list[str]) -> None:
 _CACHES = itertools.count()
 """Numbers the caches, so a slot's text names the one that made it (never reused, unlike an
 ``id``)."""
-
-_JOIN_FROM = 8
-"""The messages from which a run keeps its conversation's texts for the next request (a
-shorter conversation is read message by message)."""
 
 
 def joined_memo(request: Any) -> JoinedTexts | None:
