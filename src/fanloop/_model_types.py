@@ -11,7 +11,17 @@ from pydantic import BaseModel, ConfigDict, Field
 from ._settings import ModelSettings
 from ._slots import register as register_slots
 from ._unicode import known_valid, vouch
-from .messages import Citation, Message, Origin, Part, TextPart, ThinkingPart, ToolCallPart, _build
+from .messages import (
+    Citation,
+    Message,
+    Origin,
+    Part,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    _build,
+    _unrendered,
+)
 
 __all__ = [
     "HostedTool",
@@ -151,6 +161,11 @@ class JoinedTexts(dict[int, tuple[tuple[Message, ...], tuple[str, ...]]]):
     __slots__ = ("__weakref__",)
 
 
+def no_joined() -> None:
+    """Held by a request whose run keeps no memo (yet) where a weak reference to one goes:
+    called, it gives ``None``, as a dead reference does (and reading the slot raises nothing)."""
+
+
 JOIN_FROM = 8
 """The messages from which a run keeps its conversation's texts for the next request (a
 shorter conversation is read message by message, and its run makes no memo)."""
@@ -233,7 +248,7 @@ class ModelResponse(BaseModel):
         )
         if known_valid(self):  # (its parser vouched for it: appending it walks nothing)
             vouch(message)
-        return message
+        return _unrendered(message)
 
 
 register_slots(ModelRequest)

@@ -18,6 +18,7 @@ from ._model_types import (
     ModelRequest,
     ModelResponse,
     Usage,
+    no_joined,
     zero_usage,
 )
 from ._result import RunResult, TerminationReason
@@ -223,8 +224,8 @@ class RunState:
         joined = self.joined
         if joined is None and len(messages) >= JOIN_FROM:
             joined = self.joined = JoinedTexts()
-        if joined is not None:
-            _set_joined(request, weakref.ref(joined))  # (the one plain reference, reused)
+        # (a weak reference: the one plain reference to the memo, reused by every request)
+        _set_joined(request, no_joined if joined is None else weakref.ref(joined))
         return request
 
     # -- accounting ------------------------------------------------------------------------

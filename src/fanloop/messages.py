@@ -559,7 +559,7 @@ class Message(BaseModel):
         )
         if type(text) is str and text.isascii():  # (a constant-time test) valid as it stands
             vouch(message)
-        return message
+        return _unrendered(message)
 
     @classmethod
     def assistant(cls, *parts: TextPart | ThinkingPart | ToolCallPart | str) -> Message:
@@ -586,7 +586,7 @@ class Message(BaseModel):
                 break
         else:
             vouch(message)
-        return message
+        return _unrendered(message)
 
     @property
     def text(self) -> str:
@@ -610,3 +610,15 @@ class Message(BaseModel):
 
 
 register_slots(Message)
+
+_set_wire = Message.__dict__["__fanloop_wire__"].__set__
+_UNRENDERED = (None, "")
+"""The wire memo of a message no provider has rendered yet (``providers._wire.MessageCache``
+takes it for a miss, as it does an empty slot, whose read raises ``AttributeError``)."""
+
+
+def _unrendered(message: Message) -> Message:
+    """``message``, its wire memo filled with :data:`_UNRENDERED`: the messages a run makes are
+    each rendered once, and a miss on a filled slot makes no exception (one per message)."""
+    _set_wire(message, _UNRENDERED)
+    return message
