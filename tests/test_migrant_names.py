@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import re
+from typing import Any
 
 import pytest
 
@@ -75,6 +76,19 @@ def test_run_is_still_a_coroutine_function_bound_or_not_and_help_says_async() ->
     assert "async run(" in pydoc.render_doc(agent.run, renderer=pydoc.plaintext)
     assert repr(Agent.run) == "<function Agent.run>"
     assert agent.run.__self__ is agent
+
+
+async def test_run_called_through_the_class_or_super_runs() -> None:
+    class Polite(Agent[None, str]):
+        async def run(self, prompt: Any = None, **kwargs: Any) -> Any:  # type: ignore[override]
+            return await super().run(f"please {prompt}", **kwargs)
+
+    provider = ScriptedProvider(["a", "b"])
+    assert (await Agent.run(Agent(provider), "hi")).text == "a"
+    assert (await Polite(provider).run("go")).text == "b"
+    assert [r.messages[-1].text for r in provider.requests] == ["hi", "please go"]
+    with pytest.raises(TypeError, match=r"Agent\.run\(\) .*'max_turns'"):
+        await Polite(provider).run("go", max_turns=1)
 
 
 def test_a_refused_run_keyword_fails_at_the_call_with_no_coroutine_left_unawaited() -> None:
