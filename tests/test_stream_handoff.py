@@ -19,6 +19,7 @@ import anyio
 import pytest
 
 from fanloop import Agent, Limits, RetryPolicy, TerminationReason
+from fanloop.errors import ResponseInvalid
 from fanloop.providers._http import ResumableItems
 from fanloop.providers.openai import OpenAIProvider
 
@@ -158,6 +159,53 @@ async def test_the_consumer_reads_the_answer_in_its_own_task(
     assert reads[1:] and all(task is consumer for task in reads[1:])
 
 
+def _held_methods(coro: Any) -> list[str]:
+    """The bound methods that the coroutines ``coro`` waits through hold (in their locals or
+    on their stacks, as a ``with`` block keeps its ``__exit__``), but for those of ``anyio``
+    and ``aiohttp``."""
+    import gc
+    import types
+
+    held = []
+    while getattr(coro, "cr_code", None) is not None:
+        for value in gc.get_referents(coro):
+            if isinstance(value, types.MethodType) and not value.__module__.startswith(
+                ("anyio", "aiohttp")
+            ):
+                held.append(value.__qualname__)
+        coro = coro.cr_await
+    return held
+
+
+async def test_a_stream_in_flight_holds_no_bound_method_it_does_not_need() -> None:
+    # Thousands of streams in flight: each bound method a waiting stream holds is one more
+    # object for every pass of the collector. Only the ``async with`` of the model's stream
+    # keeps one (its ``__aexit__``): not the run's observer block without an observer, the
+    # error mapping around each read, the frame decoder's ``feed`` or ``resumable``.
+    gate = asyncio.Event()
+    async with PausingServer([delta("a"), gate, delta("b"), END]) as server:
+        agent, provider = agent_on(server)
+        async with provider, agent.stream("go") as run:
+            events = aiter(run)
+            while (await anext(events)).kind != "text_delta":
+                pass
+            reader = asyncio.ensure_future(anext(events))  # waits for "b", reading itself
+            while not reading(run, reader):
+                await asyncio.sleep(0)
+            assert run._task is not None
+            producer, consumer = run._task.get_coro(), reader.get_coro()
+            held = _held_methods(producer) + _held_methods(consumer)
+            items = run._channel.handed._items
+            slots = [getattr(items, name) for name in type(items).__slots__]
+            gate.set()
+            assert (await reader).text == "b"
+            texts = [event.text async for event in events if event.kind == "text_delta"]
+    assert texts == []
+    assert run.result.text == "ab"
+    assert held == ["ProviderStream.__aexit__"], held
+    assert not [value for value in slots if callable(value)]
+
+
 async def test_a_consumer_that_gives_up_waiting_loses_nothing() -> None:
     # A consumer that waits for each event at most a moment (say, to send a keep-alive of its
     # own) while the model pauses mid-answer: no delta is lost or doubled, nothing retried.
@@ -279,6 +327,28 @@ async def test_a_stream_that_breaks_while_the_consumer_reads_is_retried() -> Non
         assert len(retries) == 1 and retries[0].discard_partial
         assert run.result.text == "x"
         assert server.requests == 2
+
+
+async def test_a_malformed_event_behind_a_delta_in_one_chunk_fails_as_response_invalid() -> None:
+    # The delta parsed before the malformed event goes out first; the failure that follows
+    # is the provider's typed error, as when the malformed event comes alone.
+    async with PausingServer([delta("a") + b"data: {not json\n\n", END]) as server:
+        agent, provider = agent_on(server, retry=RetryPolicy(max_retries=0))
+        texts: list[str] = []
+        streams: list[Any] = []
+
+        async def consume() -> None:
+            async with provider, agent.stream("go") as run:
+                streams.append(run)
+                async for event in run:
+                    if event.kind == "text_delta":
+                        texts.append(event.text)
+
+        with anyio.fail_after(10), pytest.raises(ResponseInvalid, match="malformed") as raised:
+            await consume()
+        assert texts == ["a"]
+        assert raised.value.provider == "openai"
+        assert streams[0].result.termination_reason == TerminationReason.PROVIDER_ERROR
 
 
 async def test_leaving_the_block_while_the_model_streams_cancels_the_run() -> None:

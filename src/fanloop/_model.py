@@ -407,6 +407,13 @@ def _no_task(loop: Any = None) -> None:
     return None
 
 
+def _resumable(events: Any) -> Any:
+    """``events.resumable()``, or ``None`` for a stream without it. (A function: the bound
+    method looked up in the caller's frame would stay there for the whole stream.)"""
+    resumable = getattr(events, "resumable", None)
+    return resumable() if resumable is not None else None
+
+
 _TAKE_BACK_SECONDS = 5.0
 """How long a run that ends early waits for its consumer to stop reading the model's stream
 (it stops at once: its read is cancelled) before it closes the stream anyway."""
@@ -464,8 +471,7 @@ def make_invoker(provider: Any, idle_timeout: float | None = None) -> Invoker:
                     items: Any = events
                     channel = getattr(emit, "channel", None)  # a StreamSink's
                     if channel is not None:
-                        resumable = getattr(events, "resumable", None)
-                        reader = resumable() if resumable is not None else None
+                        reader = _resumable(events)
                         if reader is not None:
                             items = _HandOver(reader, channel, emit, progress, watch)
                     async for item in items:

@@ -6,7 +6,6 @@ the loop run under the agent's deadline, and ``run_finished`` delivered however 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -241,7 +240,23 @@ async def _under_deadline(
     return result
 
 
-_NO_OBSERVER = nullcontext()  # reusable: one for every run without an observer
+class _NoObserver:
+    """What a run without an observer enters instead of ``observer.conversation()``: one for
+    every run. Its ``__enter__`` and ``__exit__`` are static, so that entering it makes no
+    bound method for the run's frame to hold while the run lasts (a ``nullcontext`` would)."""
+
+    __slots__ = ()
+
+    @staticmethod
+    def __enter__() -> None:
+        return None
+
+    @staticmethod
+    def __exit__(*exc_info: object) -> None:
+        return None
+
+
+_NO_OBSERVER = _NoObserver()
 
 FINAL_EVENT_GRACE = CLEANUP_GRACE
 """Seconds the final ``run_finished`` event may take to deliver once the run is cancelled."""

@@ -582,9 +582,13 @@ class mapped_errors:  # a class, as contextlib.suppress is: a generator costs ~3
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        # Raised here, an error is chained to ``exc`` as if raised in an ``except`` clause.
-        if exc is None:
-            return
+        if exc is not None:
+            self.raise_mapped(exc)
+
+    def raise_mapped(self, exc: BaseException) -> None:
+        """Raise what ``exc`` translates to, as leaving the ``with`` block with it would;
+        return when it goes on as itself (the caller re-raises it). Call it in the ``except``
+        clause that caught ``exc``: the error raised is chained to it."""
         provider, request_id = self.provider, self.request_id
         if isinstance(exc, ProviderError):
             if exc.provider is None:
@@ -1102,10 +1106,10 @@ class ResumableItems:
 
     __slots__ = (
         "_budget",
+        "_decoder",
         "_drain_until",
         "_errors",
         "_failure",
-        "_feed",
         "_head",
         "_over",
         "_parser",
@@ -1122,7 +1126,7 @@ class ResumableItems:
         self._response = response
         self._request_id = _request_id(response.headers)
         self._parser = provider._parser(self._request_id)
-        self._feed = provider._frames().feed
+        self._decoder = provider._frames()  # (not its bound feed: an object per stream)
         self._budget = provider.limits.max_response_bytes
         self._errors = mapped_errors(
             provider.name,
@@ -1170,13 +1174,20 @@ class ResumableItems:
                         await anyio.lowlevel.checkpoint()
                     self._waits = response.waits
                     self._turn_ends = time.monotonic() + _FAIR_SHARE
+                # A try, not ``with self._errors``: the block would hold a bound ``__exit__``
+                # for as long as the read waits, for every stream in flight.
                 try:
-                    with self._errors:
-                        self._parse(await self._response.read_chunk())
+                    self._parse(await self._response.read_chunk())
                 except Exception as exc:
                     if not pending:
+                        self._errors.raise_mapped(exc)
                         raise
-                    self._failure = exc  # what came before the failure goes out first
+                    try:
+                        self._errors.raise_mapped(exc)
+                        failure = exc
+                    except Exception as mapped:
+                        failure = mapped
+                    self._failure = failure  # what came before the failure goes out first
                     self._over = True
             if pending:
                 self._head = 1
@@ -1213,9 +1224,9 @@ class ResumableItems:
         if self._budget < 0:
             raise self._provider._too_large(self._request_id)
         pending = self._pending
-        feed = self._feed
+        decoder = self._decoder
         for piece in _pieces(chunk):
-            for event, data in feed(piece):
+            for event, data in decoder.feed(piece):
                 out = parser.feed(event, data)
                 if out is None:
                     if parser.done:
