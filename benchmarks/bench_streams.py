@@ -170,24 +170,32 @@ async def batch(side: str, url: str, n: int, deltas: int, retry: bool) -> dict[s
     await consume(Timings().consumer(time.perf_counter()))  # warm-up: imports, one connection
     gc_time = [0.0, 0.0, 0.0]  # seconds in collections of each generation during the batch
     gc_started = 0.0
+    # The collections (by generation) and their seconds up to the moment the last consumer
+    # got its first delta: the start burst, where every run's state is made at once.
+    gc_at_start: list[int] | None = None
+    gc_s_at_start = 0.0
 
     def on_gc(phase: str, info: dict[str, int]) -> None:
-        nonlocal gc_started
+        nonlocal gc_started, gc_at_start, gc_s_at_start
         if phase == "start":
             gc_started = time.perf_counter()
+            if gc_at_start is None and len(timings.ttfd) >= n:
+                gc_at_start = _collections_since(collections_before)
+                gc_s_at_start = sum(gc_time)
         else:
             gc_time[info["generation"]] += time.perf_counter() - gc_started
 
+    collections_before = _collections_since()
     gc.callbacks.append(on_gc)
-    collections_before = [g["collections"] for g in gc.get_stats()]
     cpu = time.process_time()
     started = time.perf_counter()
     await asyncio.gather(*(one() for _ in range(n)))
     wall = time.perf_counter() - started
     cpu = time.process_time() - cpu
     gc.callbacks.remove(on_gc)
-    stats = gc.get_stats()
-    gc_count = [g["collections"] - c for g, c in zip(stats, collections_before, strict=True)]
+    gc_count = _collections_since(collections_before)
+    if gc_at_start is None:  # no collection after the last first delta
+        gc_at_start, gc_s_at_start = gc_count, sum(gc_time)
     await close()
     gaps = sorted(timings.gaps)
     ttfd = sorted(timings.ttfd)
@@ -200,6 +208,9 @@ async def batch(side: str, url: str, n: int, deltas: int, retry: bool) -> dict[s
         "cpu_s": cpu,
         "gc_s": gc_time,
         "gc_collections": gc_count,
+        "gc_total_s": sum(gc_time),
+        "gc_start_collections": gc_at_start,
+        "gc_start_s": gc_s_at_start,
         "gap_p50_ms": pct(gaps, 0.5),
         "gap_p99_ms": pct(gaps, 0.99),
         "ttfd_p50_ms": pct(ttfd, 0.5),
@@ -207,6 +218,12 @@ async def batch(side: str, url: str, n: int, deltas: int, retry: bool) -> dict[s
         "errors": errors,
         "kinds": dict(KINDS.most_common(3)),
     }
+
+
+def _collections_since(before: list[int] | None = None) -> list[int]:
+    """The collector's passes by generation (young, middle, full), since ``before``."""
+    now = [g["collections"] for g in gc.get_stats()]
+    return now if before is None else [a - b for a, b in zip(now, before, strict=True)]
 
 
 def child(argv: list[str]) -> None:
@@ -261,6 +278,8 @@ METRICS = (  # key, label, unit, target ratio (fanloop / floor at most)
     ("ttfd_p99_ms", "p99 time to first delta", "ms", 1.2),
     ("rss_mib", "peak RSS (client process)", "MiB", 1.3),
     ("cpu_s", "CPU time of the batch (client process)", "s", None),
+    ("gc_total_s", "of which the collector (client process)", "s", None),
+    ("gc_start_s", "of which the collector before every consumer had a delta", "s", None),
 )
 
 
@@ -303,6 +322,14 @@ def concurrent_rows(
                     f"{min(base):.4g}–{max(base):.4g} {unit}, ratio per pair "
                     f"{min(ratios, default=0):.2f}–{max(ratios, default=0):.2f}×"
                 )
+            for side, runs in samples.items():
+                passes = "; ".join(
+                    "/".join(map(str, r["gc_collections"]))
+                    + f" ({'/'.join(map(str, r['gc_start_collections']))} before every consumer"
+                    " had a delta)"
+                    for r in runs
+                )
+                spread.append(f"N={n} collector passes young/middle/full, {side}: {passes}")
             errors = sum(s["errors"] for s in samples["fanloop"])
             errors_f = sum(s["errors"] for s in samples["floor"])
             rows.append(
