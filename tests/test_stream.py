@@ -130,6 +130,19 @@ async def test_result_raises_until_the_run_has_ended_and_is_there_after_the_bloc
     assert run.result.text == "one two three"
 
 
+async def test_a_stream_is_one_run_and_entering_it_again_says_so() -> None:
+    provider = ScriptedProvider(["one", "two"])
+    handle = Agent(provider).stream("hi")
+    async with handle as run:
+        await consume(run)
+    assert run.result.text == "one"
+    with pytest.raises(RuntimeError, match=r"each `agent\.stream"):
+        async with handle:
+            pass
+    assert run.result.text == "one"  # the first run's result is kept
+    assert provider.remaining == 1  # and no second run started
+
+
 # -- leaving early cancels ------------------------------------------------------------------
 
 

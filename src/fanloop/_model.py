@@ -250,8 +250,19 @@ class _HandOver:
         if self._over:
             raise StopAsyncIteration
         if self._channel.reader_waits():
+            # Handed's run side, here rather than in a coroutine of its own: one frame fewer
+            # for every stream the consumer reads.
             handed = Handed(self._items, self._sink, self._progress, self._watch)
-            response = await handed.run(self._channel)
+            done = handed.hand(self._channel)
+            try:
+                response = await done
+            finally:
+                released = handed.take_back()
+                if released is not None:
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(_TAKE_BACK_SECONDS):
+                        await released
+                if self._watch is not None:
+                    self._watch.busy = False
             if response is _BACK:  # the consumer stopped waiting: read on here meanwhile
                 return await self._items.__anext__()
             self._over = True  # the response (or its absence) ends the iteration
@@ -262,7 +273,7 @@ class _HandOver:
 
 
 _BACK: Any = object()
-"""What :meth:`Handed.run` returns when the consumer stopped waiting in the middle of the
+"""What :meth:`Handed.hand`'s future gives when the consumer stopped waiting in the middle of the
 stream (its own timeout): the run reads on, into the buffer, until the consumer waits again."""
 
 
@@ -314,9 +325,10 @@ class Handed:
         self._released: asyncio.Future[None] | None = None
         self._revoked = False
 
-    async def run(self, channel: Any) -> ModelResponse | None:
-        """The run's side: hand the stream over and wait for its response (``None`` if the
-        stream ended without one); a failure the consumer met reading it is raised here."""
+    def hand(self, channel: Any) -> asyncio.Future[Any]:
+        """The run's side: hand the stream over. The future resolves to its response
+        (``None`` if the stream ended without one), or to :data:`_BACK`, or fails with what
+        the consumer met reading it. However the wait for it ends, :meth:`take_back` next."""
         import asyncio
 
         loop = self._loop = asyncio.get_running_loop()
@@ -327,25 +339,27 @@ class Handed:
             watch.busy = True  # until the consumer reads
         self._channel = channel
         channel.hand(self)
-        try:
-            response: ModelResponse | None = await done
-            return response
-        finally:
-            channel.unhand(self)
-            self._revoked = True
-            reader = self._reader
-            if reader is not None:  # ended early while the consumer reads: take it back
-                released = self._released = loop.create_future()
-                reader.cancel("fanloop: the run took its model stream back")
-                with anyio.CancelScope(shield=True), anyio.move_on_after(_TAKE_BACK_SECONDS):
-                    await released
-            if watch is not None:
-                watch.busy = False
+        return done
+
+    def take_back(self) -> asyncio.Future[None] | None:
+        """End the hand-over. If the consumer is reading at that moment (the run ended it
+        early), its read is cancelled, and the future returned resolves once it has stopped:
+        wait for it (shielded, at most :data:`_TAKE_BACK_SECONDS`) before closing the
+        stream, so that only one task ever reads it."""
+        self._channel.unhand(self)
+        self._revoked = True
+        reader = self._reader
+        if reader is None:
+            return None
+        assert self._loop is not None
+        released = self._released = self._loop.create_future()
+        reader.cancel("fanloop: the run took its model stream back")
+        return released
 
     async def next(self) -> Any:
         """The consumer's side: the stream's next item, or ``None`` once it is over."""
         done = self._done
-        assert done is not None  # handed over by run()
+        assert done is not None  # handed over by hand()
         if self._revoked or done.done():
             self._channel.unhand(self)
             return None

@@ -215,7 +215,7 @@ class RunStream(Generic[OutputT]):
         *,
         buffer: int = 64,
     ) -> None:
-        self._execute = execute
+        self._execute: Callable[..., Awaitable[RunResult]] | None = execute
         self._buffer = buffer
         self._result: RunResult[Any] | None = None
         self._error: BaseException | None = None
@@ -238,6 +238,11 @@ class RunStream(Generic[OutputT]):
         return self._result is not None
 
     async def __aenter__(self) -> RunStream[OutputT]:
+        if self._channel is not None:
+            raise RuntimeError(
+                "this run stream was entered before: each `agent.stream(...)` is one run, "
+                "so call it again for another"
+            )
         channel = self._channel = _Channel(self._buffer)
         if channel._loop is not None:
             # On asyncio the run is a plain task, awaited by __aexit__: a task group would add
@@ -257,7 +262,12 @@ class RunStream(Generic[OutputT]):
             raise RuntimeError("the run stream was not entered")
         with self._scope:  # the run's own scope: cancelling it leaves the consumer running
             try:
-                self._result = await self._execute(send=channel.send)
+                execute, self._execute = self._execute, None
+                assert execute is not None  # __aenter__ checked
+                run = execute(send=channel.send)
+                # Started: its arguments live on in the run's own frames, not also here.
+                del execute
+                self._result = await run
             except anyio.get_cancelled_exc_class() as exc:
                 self._result = getattr(exc, "partial", None)
                 raise

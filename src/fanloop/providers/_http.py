@@ -1108,7 +1108,6 @@ class ResumableItems:
         "_budget",
         "_decoder",
         "_drain_until",
-        "_errors",
         "_failure",
         "_head",
         "_over",
@@ -1128,12 +1127,6 @@ class ResumableItems:
         self._parser = provider._parser(self._request_id)
         self._decoder = provider._frames()  # (not its bound feed: an object per stream)
         self._budget = provider.limits.max_response_bytes
-        self._errors = mapped_errors(
-            provider.name,
-            self._request_id,
-            undecodable="the response stream cannot be decoded",
-            invalid="malformed response stream",
-        )
         self._pending: list[Any] = []  # parsed, not yet handed out (from _head on)
         self._head = 0
         self._over = False
@@ -1174,16 +1167,16 @@ class ResumableItems:
                         await anyio.lowlevel.checkpoint()
                     self._waits = response.waits
                     self._turn_ends = time.monotonic() + _FAIR_SHARE
-                # A try, not ``with self._errors``: the block would hold a bound ``__exit__``
-                # for as long as the read waits, for every stream in flight.
+                # A try, not ``with self._errors()``: the block would hold a bound
+                # ``__exit__`` for as long as the read waits, for every stream in flight.
                 try:
                     self._parse(await self._response.read_chunk())
                 except Exception as exc:
                     if not pending:
-                        self._errors.raise_mapped(exc)
+                        self._errors().raise_mapped(exc)
                         raise
                     try:
-                        self._errors.raise_mapped(exc)
+                        self._errors().raise_mapped(exc)
                         failure = exc
                     except Exception as mapped:
                         failure = mapped
@@ -1195,11 +1188,21 @@ class ResumableItems:
                 pending[0] = None
                 return item  # type: ignore[no-any-return]
 
+    def _errors(self) -> mapped_errors:
+        """The stream's error mapping, made when there is an error to map or at the end (not
+        held by every stream in flight)."""
+        return mapped_errors(
+            self._provider.name,
+            self._request_id,
+            undecodable="the response stream cannot be decoded",
+            invalid="malformed response stream",
+        )
+
     async def _end(self) -> None:
         """After the end marker: read what follows it (see :func:`_drain`), then the final
         response."""
         response = self._response
-        with self._errors:
+        with self._errors():
             if not response.at_eof():
                 # One drain's time in all, however often a reader that stops waiting comes
                 # back (each call to _drain would start its own).
@@ -1225,7 +1228,7 @@ class ResumableItems:
             raise self._provider._too_large(self._request_id)
         pending = self._pending
         decoder = self._decoder
-        for piece in _pieces(chunk):
+        for piece in (chunk,) if len(chunk) <= _FEED_BYTES else _pieces(chunk):
             for event, data in decoder.feed(piece):
                 out = parser.feed(event, data)
                 if out is None:
