@@ -206,7 +206,8 @@ class RunStream(Generic[OutputT]):
     bounded buffer: a consumer that falls behind slows the run instead of growing memory.
     Iteration ends after the ``run_finished`` event. If the run failed with a provider error,
     iteration raises it after the last event. Leaving the block before the run is over
-    cancels the run; ``result`` then holds the partial result (``cancelled``).
+    cancels the run; ``result`` then holds the partial result (``cancelled``). Each handle is
+    one run: entering it again raises :class:`RuntimeError`.
     """
 
     def __init__(
