@@ -5,8 +5,10 @@
   apart. N consumers start at once in a client process pinned to core 1 (``taskset`` style,
   :func:`_server.pin`) and each times what it receives: the wall time of the batch, the gap
   between two deltas as the consumer sees them (p50, p99, pooled over every consumer), the time
-  to first delta (p99 over consumers), the client's peak RSS and CPU time, and the errors (a
-  consumer that raises or does not get every delta). Each side streams one answer before the
+  to first delta (p99 over consumers), the client's peak RSS and CPU time, the collector's
+  share of that time and its passes by generation (in all, and before every consumer had its
+  first delta: the start burst), and the errors (a consumer that raises or does not get every
+  delta). Each side streams one answer before the
   batch (imports done, one pooled connection), as a service in its steady state. Sides:
   ``fanloop`` (an ``Agent`` on ``OpenAIProvider``, ``async with agent.stream(...)``, its
   default ``RetryPolicy``) and ``floor`` (the same stream read by hand: one ``aiohttp``
