@@ -263,11 +263,9 @@ class RunStream(Generic[OutputT]):
             raise RuntimeError("the run stream was not entered")
         with self._scope:  # the run's own scope: cancelling it leaves the consumer running
             try:
-                execute, self._execute = self._execute, None
-                assert execute is not None  # __aenter__ checked
-                run = execute(send=channel.send)
-                # Started: its arguments live on in the run's own frames, not also here.
-                del execute
+                assert self._execute is not None  # __aenter__ checked
+                run = self._execute(send=channel.send)
+                self._execute = None  # started: its arguments live on in the run's frames
                 self._result = await run
             except anyio.get_cancelled_exc_class() as exc:
                 self._result = getattr(exc, "partial", None)
