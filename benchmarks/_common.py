@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import gc
 import json
 import statistics
 import subprocess
@@ -106,6 +108,20 @@ def object_kind(o: object) -> str:
     if kind in ("list", "tuple", "dict"):
         return f"{kind} of {min(len(o), 3)}{'+' if len(o) > 3 else ''}"  # type: ignore[arg-type]
     return kind
+
+
+def census() -> collections.Counter[str]:
+    """The objects the collector tracks, alive now (after a collection), by
+    :func:`object_kind`: taken before and after a batch starts, their difference is what the
+    batch holds (``waiting_runs.py``, ``streams_held.py``)."""
+    gc.collect()
+    return collections.Counter(object_kind(o) for o in gc.get_objects())
+
+
+def per_item(held: collections.Counter[str], n: int, top: int) -> tuple[float, list[Any]]:
+    """``held`` (a difference of two :func:`census`) per each of ``n`` items: the tracked
+    objects in all, and the ``top`` kinds with their counts."""
+    return sum(held.values()) / n, [(t, round(c / n, 2)) for t, c in held.most_common(top)]
 
 
 def child_json(argv: list[str]) -> dict[str, Any]:

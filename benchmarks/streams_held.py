@@ -16,21 +16,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
-import gc
 import json
 import sys
 from typing import Any
 
 import bench_streams
-from _common import child_json, object_kind
+from _common import census, child_json, per_item
 
 
 async def child_main(side: str, url: str, n: int, at: int, deltas: int, top: int) -> dict[str, Any]:
     consume, close = bench_streams.SIDES[side](url, True)
     await consume(lambda: None)  # warm-up: imports, one pooled connection
-    gc.collect()
-    before = collections.Counter(object_kind(o) for o in gc.get_objects())
+    before = census()
     counts = [0] * n
     reached = asyncio.Event()
     waiting = n
@@ -48,17 +45,15 @@ async def child_main(side: str, url: str, n: int, at: int, deltas: int, top: int
 
     tasks = [asyncio.ensure_future(consume(consumer(i))) for i in range(n)]
     await reached.wait()
-    gc.collect()
-    after = collections.Counter(object_kind(o) for o in gc.get_objects())
-    diff = after - before
-    del after, before
+    tracked, kinds = per_item(census() - before, n, top)
+    del before
     received = await asyncio.gather(*tasks)
     await close()
     return {
         "side": side,
         "n": n,
-        "tracked_per_stream": sum(diff.values()) / n,
-        "types": [(t, round(c / n, 2)) for t, c in diff.most_common(top)],
+        "tracked_per_stream": tracked,
+        "types": kinds,
         "errors": sum(1 for got in received if got != deltas),
     }
 

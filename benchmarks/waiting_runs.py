@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import gc
 import json
 import sys
@@ -22,7 +21,7 @@ import time
 import tracemalloc
 from typing import Any
 
-from _common import child_json, object_kind
+from _common import census, child_json, per_item
 
 
 async def _settle(previous: int) -> int:
@@ -92,7 +91,7 @@ async def child_main(side: str, url: str, n: int, top: int, cpu: bool, pool: int
         await _settle(len(gc.get_objects()))
         out["cpu_ms_per_run_to_wait"] = (time.process_time() - started_cpu) * 1000 / n
     else:
-        before = collections.Counter(object_kind(o) for o in gc.get_objects())
+        before = census()
         tracemalloc.start(8)
         snap0 = tracemalloc.take_snapshot()
         tasks = [asyncio.ensure_future(one()) for _ in range(n)]
@@ -102,11 +101,7 @@ async def child_main(side: str, url: str, n: int, top: int, cpu: bool, pool: int
         stats = snap1.compare_to(snap0, "lineno")
         # The snapshots hold a tuple per trace: gone before the count, or it counts them.
         del snap0, snap1
-        gc.collect()
-        after = collections.Counter(object_kind(o) for o in gc.get_objects())
-        diff = after - before
-        out["tracked_per_run"] = sum(diff.values()) / n
-        out["types"] = [(t, round(c / n, 2)) for t, c in diff.most_common(top)]
+        out["tracked_per_run"], out["types"] = per_item(census() - before, n, top)
         out["heap_bytes_per_run"] = sum(s.size_diff for s in stats) / n
         out["sites"] = [
             (
