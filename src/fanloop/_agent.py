@@ -289,70 +289,69 @@ class Agent(Generic[DepsT, OutputT]):
             raise ConfigurationError(
                 f"context must be a ContextPolicy, not {type(context).__name__}"
             )
-        set_ = partial(object.__setattr__, self)
-        set_("_owns_provider", owns_provider)
-        set_("_confirm_arg", confirm)
+        _set(self, "_owns_provider", owns_provider)
+        _set(self, "_confirm_arg", confirm)
         if confirm is None and hooks is not None:
             confirm = hooks.confirm
-        set_("_provider", provider)
+        _set(self, "_provider", provider)
         provider_name = str(getattr(provider, "name", type(provider).__name__))
-        set_("provider_name", provider_name)
-        set_("model", str(getattr(provider, "model", "")))
-        set_("name", name)
-        set_("system", system)
-        set_("limits", limits if limits is not None else DEFAULT_LIMITS)
-        set_("retry", retry if retry is not None else DEFAULT_RETRY)
-        set_("confirm", confirm)
-        set_("auto_approve", auto_approve)
-        set_("observer", observer)
-        set_("hooks", hooks)
-        set_("delegation", delegation)
-        set_("memory", memory)
-        set_("skills", skills)
-        set_("workspace", workspace)
-        set_("model_settings", settings)
-        set_("temperature", settings.temperature)
-        set_("thinking_budget", settings.thinking_budget)
-        set_("concurrency", concurrency)
-        set_("max_concurrency", concurrency.max_concurrency)
-        set_("tool_concurrency", concurrency.tool_concurrency)
-        set_("context", context)
-        set_("compact_threshold", context.compact_threshold)
-        set_("max_tool_result_chars", context.max_tool_result_chars)
+        _set(self, "provider_name", provider_name)
+        _set(self, "model", str(getattr(provider, "model", "")))
+        _set(self, "name", name)
+        _set(self, "system", system)
+        _set(self, "limits", limits if limits is not None else DEFAULT_LIMITS)
+        _set(self, "retry", retry if retry is not None else DEFAULT_RETRY)
+        _set(self, "confirm", confirm)
+        _set(self, "auto_approve", auto_approve)
+        _set(self, "observer", observer)
+        _set(self, "hooks", hooks)
+        _set(self, "delegation", delegation)
+        _set(self, "memory", memory)
+        _set(self, "skills", skills)
+        _set(self, "workspace", workspace)
+        _set(self, "model_settings", settings)
+        _set(self, "temperature", settings.temperature)
+        _set(self, "thinking_budget", settings.thinking_budget)
+        _set(self, "concurrency", concurrency)
+        _set(self, "max_concurrency", concurrency.max_concurrency)
+        _set(self, "tool_concurrency", concurrency.tool_concurrency)
+        _set(self, "context", context)
+        _set(self, "compact_threshold", context.compact_threshold)
+        _set(self, "max_tool_result_chars", context.max_tool_result_chars)
         info = model_info(self.model)
-        set_("context_window", context.context_window or (info.context_window if info else 0))
-        set_("max_tokens", max_tokens)
+        _set(self, "context_window", context.context_window or (info.context_window if info else 0))
+        _set(self, "max_tokens", max_tokens)
         ceiling = settings.max_tokens_ceiling or max(
             info.max_output_tokens if info else max_tokens * 8, max_tokens
         )
-        set_("max_tokens_ceiling", ceiling)
+        _set(self, "max_tokens_ceiling", ceiling)
         if hosted:
             check_hosted(hosted, provider, provider_name)
-        set_("hosted_tools", hosted)
+        _set(self, "hosted_tools", hosted)
 
         keys = concurrency.concurrency_limits
         if _limiters is None:
             _limiters = LimiterPool(keys, threads=concurrency.tool_threads)
         elif keys:
             _limiters.declare(keys)
-        set_("limiters", _limiters)
+        _set(self, "limiters", _limiters)
 
         output_validators = tuple(output_validators)
         spec = OutputSpec(
             output_type, retries=output_retries, validators=output_validators, mode=output_mode
         )
         native = native_output(spec, provider)
-        set_("output", spec)
-        set_("native_output", native)
-        set_("output_format", output_format(spec) if native else None)
+        _set(self, "output", spec)
+        _set(self, "native_output", native)
+        _set(self, "output_format", output_format(spec) if native else None)
         given_guardrails: tuple[Guardrail, ...] = ()
         guard: Guardrails | None = None
         if guardrails != ():  # loaded by the agents that have some (not by `import fanloop`)
             from ._guardrails import Guardrails
 
             given_guardrails, guard = Guardrails.build(guardrails)
-        set_("guardrails", given_guardrails)
-        set_("_guard", guard)
+        _set(self, "guardrails", given_guardrails)
+        _set(self, "_guard", guard)
 
         all_tools = list(own_tools)
         given_handoffs: tuple[Handoff, ...] = ()
@@ -361,7 +360,7 @@ class Agent(Generic[DepsT, OutputT]):
 
             given_handoffs, handoff_tools_ = handoff_tools(handoffs, name)
             all_tools.extend(handoff_tools_)
-        set_("handoffs", given_handoffs)
+        _set(self, "handoffs", given_handoffs)
         if not spec.is_text and not native:
             all_tools.append(spec.tool())
         system_parts = [system] if isinstance(system, str) and system else []
@@ -370,7 +369,7 @@ class Agent(Generic[DepsT, OutputT]):
             delegate, max_depth = delegate_tool(delegation)
             if delegate is not None:
                 all_tools.append(delegate)
-        set_("max_depth", max_depth)
+        _set(self, "max_depth", max_depth)
         if memory:
             from .tools.memory import RememberTool
 
@@ -384,17 +383,17 @@ class Agent(Generic[DepsT, OutputT]):
                 system_parts.append(skills_prompt(found))
         by_name = index_tools(all_tools, _limiters)
         check_settings(settings, provider, [*by_name, *(h.kind for h in hosted)])
-        set_("tools", by_name)
-        set_("tool_specs", tuple(map(tool_spec, all_tools)))
-        set_("_tool_async", tools_async(all_tools))
-        set_("_caps", {t.name: self._caps_of(t) for t in all_tools})
-        set_("system_prompt", "\n\n".join(system_parts) or None)
+        _set(self, "tools", by_name)
+        _set(self, "tool_specs", tuple(map(tool_spec, all_tools)))
+        _set(self, "_tool_async", tools_async(all_tools))
+        _set(self, "_caps", {t.name: self._caps_of(t) for t in all_tools})
+        _set(self, "system_prompt", "\n\n".join(system_parts) or None)
         # A provider that watches its own streams (FallbackProvider: per provider it asks)
         # is not watched here too.
         watched = not getattr(provider, "handles_stream_idle", False)
         idle = self.retry.stream_idle_timeout if watched else None
-        set_("_invoke", make_invoker(provider, idle))
-        set_("_table", build_table(observer, hooks))
+        _set(self, "_invoke", make_invoker(provider, idle))
+        _set(self, "_table", build_table(observer, hooks))
         # What this agent was made from, with iterables frozen and the provider made:
         # with_options() rebuilds from it.
         received.update(
@@ -407,7 +406,7 @@ class Agent(Generic[DepsT, OutputT]):
             model_settings=settings,
             _limiters=_limiters,
         )
-        set_("_options", MappingProxyType(received))
+        _set(self, "_options", MappingProxyType(received))
 
     async def aclose(self) -> None:
         """Close the provider if this agent made it from a model string.
@@ -749,6 +748,7 @@ class Agent(Generic[DepsT, OutputT]):
 Agent._subagent_class = Agent
 
 _AUTO_TOOLS = AUTO_TOOLS  # the name fanloop.ui reads
+_set = object.__setattr__  # how __init__ fills the slots (the class refuses setattr)
 
 _overrides: contextvars.ContextVar[Mapping[int, Agent[Any, Any]]] = contextvars.ContextVar(
     "fanloop_agent_overrides", default=MappingProxyType({})

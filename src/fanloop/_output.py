@@ -84,7 +84,7 @@ class OutputSpec:
             raise ConfigurationError("output_retries must be >= 0")
         if mode not in ("auto", "tool", "native"):
             raise ConfigurationError(f"output_mode must be auto, tool or native, got {mode!r}")
-        if output_type is None:  # as in the Agents SDK: no output type is a plain-text answer
+        if output_type is None or output_type is str:  # None, as in the Agents SDK: the text
             output_type = str
         elif inspect.isroutine(output_type) or isinstance(output_type, partial):
             raise ConfigurationError(
