@@ -115,6 +115,27 @@ def pin(cpu: int) -> bool:
 
 
 @contextlib.contextmanager
+def pinned_client(
+    client: int = 1, server: int = 0, *, enabled: bool = True
+) -> Iterator[int | None]:
+    """Pin this process to core ``client`` for the block and yield ``server``, the core to
+    give :func:`serve`, so that the two never share a core; yields ``None`` (and pins nothing)
+    where that is not possible, or not ``enabled``. The process's cores are given back on the
+    way out. Not for blocks that run side by side in threads (as a smoke run's steps do): the
+    cores are the whole process's."""
+    import os
+
+    before = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    if not enabled or before is None or server not in before or not pin(client):
+        yield None
+        return
+    try:
+        yield server
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+@contextlib.contextmanager
 def serve(
     *,
     tool_turns: int = 0,

@@ -8,6 +8,9 @@
   ``python benchmarks/bench_http.py [--turns 50 --repeats 11 --api responses]``;
 - one streamed answer of many deltas: deltas per second delivered to the consumer
   (``agent.stream`` events vs the SDK stream iterated directly) and time to first delta.
+
+The server runs pinned to core 0 and this process to core 1 while they are measured
+(``_server.pinned_client``), where the machine has both; not in a smoke run.
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ from typing import Any
 import anthropic
 import openai
 
+import _common
 import _floor
 from _baseline import anthropic_loop, openai_loop
 from _common import Row, median_time
-from _server import serve
+from _server import pinned_client, serve
 from fanloop import Agent, Limits, RetryPolicy, tool
 from fanloop.providers.anthropic import AnthropicProvider
 from fanloop.providers.openai import OpenAIProvider, OpenAIResponsesProvider
@@ -73,7 +77,12 @@ async def per_turn(
     """Median per-turn time of a ``turns``-call tool conversation, per API and mode: fanloop
     vs SDK-direct, and fanloop vs the wire floor (plain JSON over aiohttp, ``_floor.py``)."""
     rows = []
-    with serve(tool_turns=turns) as url:
+    # The client on one core and the server on the other, as in bench_streams: unpinned, the
+    # two sometimes share a core and the ratios moved by a third between runs.
+    with (
+        pinned_client(enabled=not _common.QUICK) as server_cpu,
+        serve(tool_turns=turns, cpu=server_cpu) as url,
+    ):
         (o_provider, a_provider), (o_client, a_client) = _providers(url), _clients(url)
         r_provider = OpenAIResponsesProvider("gpt-4.1", api_key="bench", base_url=f"{url}/v1")
         http = _floor.session()
@@ -161,7 +170,10 @@ async def _interleaved(
 
 async def deltas(count: int, repeats: int) -> list[Row]:
     """One streamed answer of ``count`` one-character deltas."""
-    with serve(answer_chars=count, chars_per_delta=1) as url:
+    with (
+        pinned_client(enabled=not _common.QUICK) as server_cpu,
+        serve(answer_chars=count, chars_per_delta=1, cpu=server_cpu) as url,
+    ):
         provider, _ = _providers(url)
         client, a_client = _clients(url)
         await a_client.close()

@@ -36,8 +36,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import _common
 from _common import Row, peak_rss_mib
-from _server import pin, serve
+from _server import pin, pinned_client, serve
 
 SERVER_CPU, CLIENT_CPU = 0, 1
 KINDS: collections.Counter[str] = collections.Counter()
@@ -365,13 +366,11 @@ async def _long(url: str, deltas: int, repeats: int) -> dict[str, list[tuple[flo
 
 
 def long_rows(deltas: int, repeats: int) -> tuple[list[Row], list[str]]:
-    pinned = pin(CLIENT_CPU)
-    with serve(answer_chars=deltas, chars_per_delta=1, cpu=SERVER_CPU if pinned else None) as url:
+    with (
+        pinned_client(CLIENT_CPU, SERVER_CPU, enabled=not _common.QUICK) as server_cpu,
+        serve(answer_chars=deltas, chars_per_delta=1, cpu=server_cpu) as url,
+    ):
         samples = asyncio.run(_long(url, deltas, repeats))
-    if pinned:
-        import os
-
-        os.sched_setaffinity(0, range(os.cpu_count() or 1))
     ttfd = {k: statistics.median(t for t, _ in v) * 1e3 for k, v in samples.items()}
     rate = {k: deltas / statistics.median(w for _, w in v) for k, v in samples.items()}
     name = f"one streamed answer of {deltas:,} deltas, written at once; floor: aiohttp by hand"
