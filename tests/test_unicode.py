@@ -208,6 +208,45 @@ async def test_tool_results_of_ascii_text_are_known_valid_when_made() -> None:
     assert isinstance(part, ToolResultPart) and part.content == "x\ufffdy"
 
 
+@tool
+async def look() -> str:
+    """Look."""
+    return "ok"
+
+
+async def _replay(turn: Any, rounds: int) -> tuple[Message, ...]:
+    """A run whose model answers ``turn`` (the same object) on each of ``rounds`` rounds."""
+    provider = ScriptedProvider(lambda r: turn if len(r.messages) < 2 * rounds else "done")
+    result = await Agent(provider, tools=[look], limits=Limits(max_turns=rounds + 1)).run("go")
+    assert result.termination_reason is TerminationReason.COMPLETED
+    ids = [c.id for m in result.messages for c in m.tool_calls]
+    assert len(set(ids)) == len(ids) == rounds  # the repeated id renumbered each round
+    return result.messages
+
+
+async def test_a_scripted_turn_that_plays_again_is_searched_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A test's script often answers every round with one turn. Its text is searched for lone
+    surrogates the first time it plays, not each time a copy joins the conversation (the
+    copy with the provider's name filled in, the one with its repeated call id renumbered)."""
+    searched: list[str] = []
+    check = _unicode.is_surrogate_free
+    monkeypatch.setattr(
+        _unicode, "is_surrogate_free", lambda t: t.isascii() or searched.append(t) or check(t)
+    )
+    for rounds in (2, 6):
+        searched.clear()
+        await _replay(reply("looking €", tool_calls=[call("look", _id="c")]), rounds)
+        assert searched == ["looking €"], rounds
+
+
+async def test_a_scripted_turn_with_a_lone_surrogate_is_fixed_each_time_it_plays() -> None:
+    messages = await _replay(reply(f"looking {HIGH}", tool_calls=[call("look", _id="c")]), 3)
+    answers = [m.text for m in messages if m.role == "assistant" and m.tool_calls]
+    assert answers == [f"looking {FFFD}"] * 3
+
+
 def test_the_memo_slots_keep_no_class_alive() -> None:
     """Looking for a memo slot caches nothing per class: a model class made at run time
     (``create_model`` per request) is freed once unused."""

@@ -22,6 +22,7 @@ from pydantic import BaseModel
 
 from ._ids import new_id
 from ._model_types import ModelResponse
+from ._unicode import known_valid, vouch
 from .messages import Origin, ToolCallPart
 
 if TYPE_CHECKING:
@@ -69,7 +70,10 @@ def distinct_call_ids(response: ModelResponse, seen: set[str]) -> ModelResponse:
         return response
     ids = [part.id for part in content if isinstance(part, ToolCallPart)]
     origin = renamed_origin(response.origin, ids)
-    return _replaced(response, {"content": tuple(content), "origin": origin})
+    renamed = _replaced(response, {"content": tuple(content), "origin": origin})
+    if known_valid(response):  # fresh ids are ASCII: as valid as the turn, no walk to append
+        vouch(renamed)
+    return renamed
 
 
 def renamed_origin(origin: Origin | None, ids: list[str]) -> Origin | None:

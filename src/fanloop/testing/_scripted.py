@@ -13,6 +13,7 @@ import anyio
 
 from .._model_types import ModelRequest, ModelResponse
 from .._output import FINAL_TOOL
+from .._unicode import valid_now, vouch
 from ..errors import ScriptExhausted
 from ..events import (
     CitationAdded,
@@ -128,6 +129,9 @@ class ScriptedProvider:
     async def _resolve(self, item: Any, request: ModelRequest) -> ModelResponse:
         while True:
             if isinstance(item, ModelResponse):
+                # A scripted turn's text is checked for lone surrogates once, however often
+                # it plays (not each time it joins a conversation); its copy says the same.
+                clean = valid_now((item,))
                 response: ModelResponse = item
                 if not response.model or not response.provider:
                     response = response.model_copy(
@@ -136,6 +140,8 @@ class ScriptedProvider:
                             "provider": response.provider or self.name,
                         }
                     )
+                    if clean:
+                        vouch(response)
                 return response
             if isinstance(item, str):
                 return ModelResponse(
