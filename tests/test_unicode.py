@@ -19,6 +19,7 @@ from fanloop._unicode import (
     valid_models,
 )
 from fanloop.messages import Message, TextPart, ToolResultPart
+from fanloop.providers import ModelRequest
 from fanloop.sessions import MemoryStore
 from fanloop.testing import ScriptedProvider, call, reply
 
@@ -245,6 +246,17 @@ async def test_a_scripted_turn_with_a_lone_surrogate_is_fixed_each_time_it_plays
     messages = await _replay(reply(f"looking {HIGH}", tool_calls=[call("look", _id="c")]), 3)
     answers = [m.text for m in messages if m.role == "assistant" and m.tool_calls]
     assert answers == [f"looking {FFFD}"] * 3
+
+
+async def test_a_scripted_copy_is_vouched_only_with_the_names_it_was_given() -> None:
+    """The copy of a clean turn carries the provider's model and name: vouched for only when
+    they are valid too."""
+    turn = reply("clean")
+    request = ModelRequest(messages=(Message.user("go"),))
+    ok = await ScriptedProvider([turn], model="m").complete(request)
+    odd = await ScriptedProvider([turn], model=f"m{HIGH}").complete(request)
+    assert _unicode.known_valid(ok) and ok.model == "m"
+    assert not _unicode.known_valid(odd) and odd.model == f"m{HIGH}"
 
 
 def test_the_memo_slots_keep_no_class_alive() -> None:

@@ -13,7 +13,7 @@ import anyio
 
 from .._model_types import ModelRequest, ModelResponse
 from .._output import FINAL_TOOL
-from .._unicode import valid_now, vouch
+from .._unicode import valid_now, vouch_parsed
 from ..errors import ScriptExhausted
 from ..events import (
     CitationAdded,
@@ -140,8 +140,8 @@ class ScriptedProvider:
                             "provider": response.provider or self.name,
                         }
                     )
-                    if clean:
-                        vouch(response)
+                    if clean:  # (and the names filled in are this provider's own: checked)
+                        vouch_parsed(response, response.model, response.provider)
                 return response
             if isinstance(item, str):
                 return ModelResponse(
