@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import collections
 import gc
 import json
@@ -122,6 +123,16 @@ def per_item(held: collections.Counter[str], n: int, top: int) -> tuple[float, l
     """``held`` (a difference of two :func:`census`) per each of ``n`` items: the tracked
     objects in all, and the ``top`` kinds with their counts."""
     return sum(held.values()) / n, [(t, round(c / n, 2)) for t, c in held.most_common(top)]
+
+
+def child_parser() -> argparse.ArgumentParser:
+    """The arguments of a benchmark's child process (``script.py child SIDE --url URL -n N``,
+    as :func:`child_json` runs it); the script adds its own."""
+    p = argparse.ArgumentParser()
+    p.add_argument("side")
+    p.add_argument("--url", required=True)
+    p.add_argument("-n", type=int, required=True)
+    return p
 
 
 def child_json(argv: list[str]) -> dict[str, Any]:

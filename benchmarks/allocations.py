@@ -20,7 +20,7 @@ import json
 import sys
 from typing import Any
 
-from _common import child_json, object_kind
+from _common import child_json, child_parser, object_kind
 
 
 async def child_main(side: str, url: str, n: int) -> dict[str, Any]:
@@ -55,10 +55,7 @@ async def child_main(side: str, url: str, n: int) -> dict[str, Any]:
 
 def main() -> None:
     if sys.argv[1:2] == ["child"]:
-        p = argparse.ArgumentParser()
-        p.add_argument("side")
-        p.add_argument("--url", required=True)
-        p.add_argument("-n", type=int, required=True)
+        p = child_parser()
         a = p.parse_args(sys.argv[2:])
         print(json.dumps(asyncio.run(child_main(a.side, a.url, a.n))))
         return

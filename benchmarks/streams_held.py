@@ -21,7 +21,7 @@ import sys
 from typing import Any
 
 import bench_streams
-from _common import census, child_json, per_item
+from _common import census, child_json, child_parser, per_item
 
 
 async def child_main(side: str, url: str, n: int, at: int, deltas: int, top: int) -> dict[str, Any]:
@@ -60,10 +60,7 @@ async def child_main(side: str, url: str, n: int, at: int, deltas: int, top: int
 
 def main() -> None:
     if sys.argv[1:2] == ["child"]:
-        p = argparse.ArgumentParser()
-        p.add_argument("side")
-        p.add_argument("--url", required=True)
-        p.add_argument("-n", type=int, required=True)
+        p = child_parser()
         p.add_argument("--at", type=int, required=True)
         p.add_argument("--deltas", type=int, required=True)
         p.add_argument("--top", type=int, default=30)

@@ -21,7 +21,7 @@ import time
 import tracemalloc
 from typing import Any
 
-from _common import census, child_json, per_item
+from _common import census, child_json, child_parser, per_item
 
 
 async def _settle(previous: int) -> int:
@@ -120,10 +120,7 @@ async def child_main(side: str, url: str, n: int, top: int, cpu: bool, pool: int
 
 def main() -> None:
     if sys.argv[1:2] == ["child"]:
-        p = argparse.ArgumentParser()
-        p.add_argument("side")
-        p.add_argument("--url", required=True)
-        p.add_argument("-n", type=int, required=True)
+        p = child_parser()
         p.add_argument("--top", type=int, default=25)
         p.add_argument("--cpu", action="store_true")
         p.add_argument("--pool", type=int, default=100_000)
